@@ -1,0 +1,77 @@
+"""raylift's settings in one place: defaults, overridable by environment variables.
+
+Everything that would otherwise be a literal scattered across modules (ports, paths, timeouts,
+versions) lives here, so the DAGs, operators, tests and the demo agree on one value.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env_path(name: str, default: Path) -> Path:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else default
+
+
+def repo_root() -> Path:
+    """The project checkout (the folder holding ``serve_apps/``), or ``RAYLIFT_ROOT``."""
+    if os.environ.get("RAYLIFT_ROOT"):
+        return Path(os.environ["RAYLIFT_ROOT"]).resolve()
+    return Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """Where the `local` target keeps its state and which loopback ports it uses."""
+
+    home: Path = field(default_factory=lambda: _env_path("RAYLIFT_HOME", repo_root() / "var"))
+    runtime_python: Path = field(
+        default_factory=lambda: _env_path(
+            "RAYLIFT_RUNTIME_PYTHON", repo_root() / ".cache/venvs/runtime/bin/python"
+        )
+    )
+    bind_host: str = "127.0.0.1"
+    gcs_port: int = int(os.environ.get("RAYLIFT_RAY_PORT", "6390"))
+    dashboard_port: int = int(os.environ.get("RAYLIFT_DASHBOARD_PORT", "8265"))
+    serve_port: int = int(os.environ.get("RAYLIFT_SERVE_PORT", "8000"))
+    head_num_cpus: int = int(os.environ.get("RAYLIFT_HEAD_CPUS", "2"))
+    worker_num_cpus: int = int(os.environ.get("RAYLIFT_WORKER_CPUS", "1"))
+    object_store_bytes: int = 256 * 1024 * 1024
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.home / "artifacts"
+
+    @property
+    def model_store(self) -> Path:
+        return self.home / "model-store"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.home / "cluster"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://{self.bind_host}:{self.dashboard_port}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://{self.bind_host}:{self.serve_port}"
+
+
+RAY_VERSION = "2.60.0"
+SERVE_APPS_DIR_NAME = "serve_apps"
+DEFAULT_APP_NAME = "llm"
+
+# Timeouts (seconds) for the long waits; operators expose them as arguments.
+CLUSTER_READY_TIMEOUT_S = 180
+DEPLOY_TIMEOUT_S = 600
+POLL_INTERVAL_S = 3.0
+
+
+def local_settings() -> LocalSettings:
+    """Fresh settings each call so tests can point RAYLIFT_HOME elsewhere."""
+    return LocalSettings()

