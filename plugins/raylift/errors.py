@@ -53,3 +53,26 @@ class SmokeTestError(RayliftError):
 
 class GateError(RayliftError):
     """A benchmark result broke an SLO or regressed against the last good run."""
+
+
+class EndpointNotAllowedError(RayliftValueError):
+    """A benchmark was pointed at a non-loopback endpoint without ``allow_remote=True``."""
+
+
+class BenchmarkError(RayliftError):
+    """A benchmark run could not produce a result (bad profile, no successful request, unknown price)."""
+
+
+class ManifestValidationError(RayliftValueError):
+    """A rendered Kubernetes manifest does not satisfy its CRD schema; ``path`` names the failing field."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.args[0], self.path))
+
+
+class KubernetesApiError(RayliftError):
+    """The Kubernetes API refused a request (the message carries its status code and reason)."""

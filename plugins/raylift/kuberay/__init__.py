@@ -1,0 +1,1 @@
+"""KubeRay on EKS: node profiles, RayService manifests and their CRD validation."""

@@ -1,0 +1,311 @@
+"""Render a KubeRay ``ray.io/v1`` RayService from the same Serve config the local target deploys.
+
+``serveConfigV2`` is the YAML dump of that Serve config dict (minus ``http_options.host/port``,
+which KubeRay owns); ``rayClusterConfig`` comes from a node profile (``raylift.kuberay.profiles``).
+No secrets enter the manifest: the HF token is a ``secretKeyRef``, and env values whose names look
+like credentials are refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from typing import Any
+
+from raylift import config
+from raylift.errors import RayliftValueError
+from raylift.kuberay import crd
+from raylift.kuberay.profiles import NodeProfile, PodProfile, get_profile
+
+API_VERSION = "ray.io/v1"
+KIND = "RayService"
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
+FIELD_MANAGER = "raylift"
+
+UPGRADE_STRATEGIES = ("NewCluster", "NewClusterWithIncrementalUpgrade", "None")
+# NewClusterWithIncrementalUpgrade shifts traffic through a Gateway in steps; the new cluster grows
+# by at most maxSurgePercent of the old one at a time (KubeRay's RayServiceIncrementalUpgrade gate).
+INCREMENTAL_UPGRADE_OPTIONS = {
+    "gatewayClassName": "istio",
+    "stepSizePercent": 25,
+    "intervalSeconds": 60,
+    "maxSurgePercent": 50,
+}
+HF_TOKEN_SECRET_KEY = "token"
+MAX_NAME_LENGTH = 47  # KubeRay: 63 minus "-serve-svc" minus the 6-char cluster suffix
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
+_KUBERAY_OWNED_HTTP_KEYS = ("host", "port")
+_SERVE_PORT = 8000
+
+
+class InvalidRayServiceError(RayliftValueError):
+    """A render argument cannot make a valid RayService (name, workers, strategy, serve config)."""
+
+
+class SecretInManifestError(RayliftValueError):
+    """A value that looks like a credential was about to be written into a manifest."""
+
+
+def validate_rayservice(manifest: dict[str, Any]) -> None:
+    """Check ``manifest`` against the KubeRay RayService CRD; raise naming the failing JSON path."""
+    crd.validate(manifest, plural=PLURAL, version=VERSION)
+
+
+def render_rayservice(
+    *,
+    name: str,
+    namespace: str,
+    serve_config: dict[str, Any],
+    image: str,
+    profile: str,
+    workers: int,
+    env: dict[str, str] | None = None,
+    hf_home: str | None = None,
+    upgrade_strategy: str = "NewCluster",
+    ray_version: str = config.RAY_VERSION,
+    hf_token_secret: str | None = None,
+    model_volume_claim: str | None = None,
+) -> dict[str, Any]:
+    """A RayService manifest (plain dict, ready for server-side apply).
+
+    :param serve_config: ``{"applications": [...], "http_options": ...}`` as deployed locally.
+    :param profile: a name from ``raylift.kuberay.profiles.PROFILES``.
+    :param workers: worker pods to run now (``replicas`` and ``minReplicas``; the autoscaler may add up
+        to the profile's ``max_replicas``).
+    :param env: plain, non-secret environment variables for every Ray container.
+    :param hf_home: where models are read from inside the pods (``HF_HOME``), e.g. an S3 mount.
+    :param hf_token_secret: name of a Kubernetes Secret whose ``token`` key becomes ``HF_TOKEN``.
+    :param model_volume_claim: a PersistentVolumeClaim (e.g. bound to a Mountpoint-for-S3 CSI volume)
+        mounted read-only at ``hf_home``.
+    """
+    node_profile = get_profile(profile)
+    _check_name(name)
+    if workers < 0:
+        raise InvalidRayServiceError(f"workers must be >= 0, got {workers}.")
+    if upgrade_strategy not in UPGRADE_STRATEGIES:
+        raise InvalidRayServiceError(
+            f"Unknown upgrade_strategy {upgrade_strategy!r}; choose one of {list(UPGRADE_STRATEGIES)}."
+        )
+    if model_volume_claim and not hf_home:
+        raise InvalidRayServiceError("model_volume_claim needs hf_home: the path to mount the models at.")
+    env_list = _env(node_profile, env or {}, hf_home, hf_token_secret)
+    mounts = _model_volume(hf_home, model_volume_claim)
+
+    upgrade: dict[str, Any] = {"type": upgrade_strategy}
+    if upgrade_strategy == "NewClusterWithIncrementalUpgrade":
+        upgrade["clusterUpgradeOptions"] = dict(INCREMENTAL_UPGRADE_OPTIONS)
+
+    worker_groups = []
+    for group in node_profile.workers:
+        worker_groups.append(
+            {
+                "groupName": group.group_name,
+                "replicas": workers,
+                "minReplicas": workers,
+                "maxReplicas": max(workers, group.max_replicas),
+                "rayStartParams": dict(group.pod.ray_start_params),
+                "template": _pod_template(group.pod, image, "ray-worker", env_list, mounts, head=False),
+            }
+        )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": FIELD_MANAGER,
+                "raylift.io/profile": node_profile.name,
+            },
+        },
+        "spec": {
+            "serveConfigV2": serve_config_v2(serve_config),
+            "upgradeStrategy": upgrade,
+            "rayClusterConfig": {
+                "rayVersion": ray_version,
+                "enableInTreeAutoscaling": True,
+                "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 300},
+                "headGroupSpec": {
+                    "rayStartParams": dict(node_profile.head.ray_start_params),
+                    "template": _pod_template(node_profile.head, image, "ray-head", env_list, mounts, head=True),
+                },
+                "workerGroupSpecs": worker_groups,
+            },
+        },
+    }
+
+
+def serve_config_v2(serve_config: dict[str, Any]) -> str:
+    """The Serve config as ``serveConfigV2`` YAML, without the HTTP host/port KubeRay sets itself."""
+    import yaml
+
+    cfg = copy.deepcopy(serve_config)
+    apps = cfg.get("applications")
+    if not isinstance(apps, list) or not apps:
+        raise InvalidRayServiceError("serve_config needs a non-empty 'applications' list.")
+    for app in apps:
+        runtime_env = app.get("runtime_env") or {}
+        working_dir = runtime_env.get("working_dir")
+        if working_dir and "://" not in str(working_dir):
+            raise InvalidRayServiceError(
+                f"Application {app.get('name')!r} has a local working_dir {working_dir!r}; the cluster "
+                "cannot read it. Build the artifact to s3:// (or bake it into the image as FILE:///...)."
+            )
+        for key in runtime_env.get("env_vars") or {}:
+            _refuse_secret_name(key, where=f"application {app.get('name')!r} runtime_env.env_vars")
+    http = cfg.get("http_options")
+    if isinstance(http, dict):
+        for key in _KUBERAY_OWNED_HTTP_KEYS:
+            http.pop(key, None)
+        if not http:
+            cfg.pop("http_options")
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def to_apply_config(obj: dict[str, Any]) -> dict[str, Any]:
+    """What to re-apply from a stored object (rollback): identity, labels/annotations and spec only."""
+    meta = obj.get("metadata", {})
+    keep = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
+    return {
+        "apiVersion": obj.get("apiVersion", API_VERSION),
+        "kind": obj.get("kind", KIND),
+        "metadata": copy.deepcopy(keep),
+        "spec": copy.deepcopy(obj["spec"]),
+    }
+
+
+def capacity_needed(profile: str, workers: int, upgrade_strategy: str = "NewCluster") -> dict[str, float]:
+    """Peak totals (cpu cores, memory GiB, accelerators) the node groups must fit during an upgrade.
+
+    ``NewCluster`` (blue/green) runs the old and the new cluster side by side: twice head + workers.
+    ``NewClusterWithIncrementalUpgrade`` adds a head plus ``maxSurgePercent`` of the workers at a time.
+    ``None`` (in-place Serve config update) needs only the running cluster. Keys are Kubernetes resource
+    names (``cpu``, ``memory`` in GiB, ``nvidia.com/gpu``, ``aws.amazon.com/neuron``), as in node allocatable.
+    """
+    node_profile = get_profile(profile)
+    if upgrade_strategy not in UPGRADE_STRATEGIES:
+        raise InvalidRayServiceError(
+            f"Unknown upgrade_strategy {upgrade_strategy!r}; choose one of {list(UPGRADE_STRATEGIES)}."
+        )
+    one = _totals([(node_profile.head, 1)] + [(g.pod, workers) for g in node_profile.workers])
+    if upgrade_strategy == "NewCluster":
+        extra = one
+    elif upgrade_strategy == "NewClusterWithIncrementalUpgrade":
+        surge = math.ceil(workers * INCREMENTAL_UPGRADE_OPTIONS["maxSurgePercent"] / 100)
+        extra = _totals([(node_profile.head, 1)] + [(g.pod, surge) for g in node_profile.workers])
+    else:
+        extra = {}
+    return {key: one.get(key, 0.0) + extra.get(key, 0.0) for key in one}
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _totals(pods: list[tuple[PodProfile, int]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for pod, count in pods:
+        for resource in pod.resources:
+            totals[resource] = totals.get(resource, 0.0) + pod.quantity(resource) * count
+    return totals
+
+
+def _check_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH or not _DNS1035.match(name):
+        raise InvalidRayServiceError(
+            f"RayService name {name!r} must be a DNS-1035 label (lowercase letters, digits, '-', starting "
+            f"with a letter) of at most {MAX_NAME_LENGTH} characters."
+        )
+
+
+def _refuse_secret_name(key: str, *, where: str) -> None:
+    if _SECRET_NAME.search(key):
+        raise SecretInManifestError(
+            f"{where} sets {key!r}, which looks like a credential; manifests must not hold secrets. "
+            "Put it in a Kubernetes Secret (hf_token_secret= for the Hugging Face token)."
+        )
+
+
+def _env(
+    profile: NodeProfile, env: dict[str, str], hf_home: str | None, hf_token_secret: str | None
+) -> list[dict[str, Any]]:
+    merged = {**profile.env, **env}
+    for key in merged:
+        _refuse_secret_name(key, where="env")
+    if hf_home:
+        merged["HF_HOME"] = hf_home
+    items: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in sorted(merged.items())]
+    if hf_token_secret:
+        items.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": hf_token_secret, "key": HF_TOKEN_SECRET_KEY}},
+            }
+        )
+    return items
+
+
+def _model_volume(hf_home: str | None, claim: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if not claim:
+        return [], []
+    volumes = [{"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]
+    mounts = [{"name": "models", "mountPath": hf_home, "readOnly": True}]
+    return volumes, mounts
+
+
+def _pod_template(
+    pod: PodProfile,
+    image: str,
+    container_name: str,
+    env: list[dict[str, Any]],
+    volumes_and_mounts: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    *,
+    head: bool,
+) -> dict[str, Any]:
+    volumes, mounts = volumes_and_mounts
+    container: dict[str, Any] = {
+        "name": container_name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": copy.deepcopy(env),
+        "resources": {"requests": dict(pod.resources), "limits": dict(pod.resources)},
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+    }
+    if head:
+        container["ports"] = [
+            {"containerPort": 6379, "name": "gcs"},
+            {"containerPort": 8265, "name": "dashboard"},
+            {"containerPort": 10001, "name": "client"},
+            {"containerPort": _SERVE_PORT, "name": "serve"},
+        ]
+    if mounts:
+        container["volumeMounts"] = copy.deepcopy(mounts)
+    spec: dict[str, Any] = {"containers": [container]}
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        spec["tolerations"] = [dict(t) for t in pod.tolerations]
+    if pod.instance_types:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "node.kubernetes.io/instance-type",
+                                    "operator": "In",
+                                    "values": list(pod.instance_types),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    if pod.scheduler_name:
+        spec["schedulerName"] = pod.scheduler_name
+    if volumes:
+        spec["volumes"] = copy.deepcopy(volumes)
+    return {"spec": spec}

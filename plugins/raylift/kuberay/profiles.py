@@ -1,0 +1,186 @@
+"""Node / worker-group profiles for RayServices on EKS, as data (one per seed case).
+
+A profile says where Ray pods land (nodeSelector, instance types, tolerations, scheduler), what
+each pod requests, and which accelerator Ray sees. ``render_rayservice`` turns a profile plus a
+worker count into ``rayClusterConfig``; ``capacity_needed`` turns it into totals the EKS target
+compares with node-group headroom.
+
+- ``gpu-vllm``: vLLM on NVIDIA A10G/L4 workers (g5/g6), one ``nvidia.com/gpu`` per worker pod.
+- ``graviton``: llama.cpp on Graviton (seed 001): arm64 nodes from the Karpenter pool labelled
+  ``model-inferencing: cpu-arm``, one c7g/c8g.8xlarge per worker pod, CPU only.
+- ``inf2``: vLLM on Inferentia2 (seed 004): TP=8 = 4 Neuron devices (2 cores each) per pod, three
+  pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raylift.errors import RayliftValueError
+
+GPU_RESOURCE = "nvidia.com/gpu"
+NEURON_RESOURCE = "aws.amazon.com/neuron"
+
+
+class UnknownProfileError(RayliftValueError):
+    """The ``profile`` names no KubeRay node profile."""
+
+
+@dataclass(frozen=True)
+class PodProfile:
+    """What one Ray pod requests and where it may run (requests == limits: Guaranteed QoS)."""
+
+    resources: dict[str, str]
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
+    instance_types: tuple[str, ...] = ()  # rendered as a required node affinity when non-empty
+    scheduler_name: str | None = None
+    ray_start_params: dict[str, str] = field(default_factory=dict)
+
+    def quantity(self, resource: str) -> float:
+        """A resource request as a number (cores, GiB for memory, devices)."""
+        return parse_quantity(self.resources.get(resource, "0"), memory=resource == "memory")
+
+
+@dataclass(frozen=True)
+class WorkerGroupProfile:
+    """A KubeRay worker group: the pod plus the autoscaler's bounds."""
+
+    group_name: str
+    pod: PodProfile
+    min_replicas: int = 0
+    max_replicas: int = 4
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    """Head pod + worker groups for one hardware / engine case."""
+
+    name: str
+    engine: str
+    description: str
+    head: PodProfile
+    workers: tuple[WorkerGroupProfile, ...]
+    accelerator: str | None = None  # Kubernetes extended resource name, if any
+    tensor_parallel_size: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (for docs, XCom and the EKS target's headroom report)."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+_HEAD_RAY_PARAMS = {"dashboard-host": "0.0.0.0", "num-cpus": "0"}  # head: control plane, no replicas
+
+_GPU_TYPES = (
+    "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge",
+    "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.8xlarge",
+)  # fmt: skip
+
+PROFILES: dict[str, NodeProfile] = {
+    "gpu-vllm": NodeProfile(
+        name="gpu-vllm",
+        engine="vllm",
+        description="vLLM on g5 (A10G) / g6 (L4) workers, one GPU per worker pod",
+        head=PodProfile(
+            resources={"cpu": "2", "memory": "8Gi"},
+            node_selector={"kubernetes.io/arch": "amd64"},
+            ray_start_params=_HEAD_RAY_PARAMS,
+        ),
+        workers=(
+            WorkerGroupProfile(
+                group_name="gpu",
+                min_replicas=0,
+                max_replicas=8,
+                pod=PodProfile(
+                    resources={"cpu": "3", "memory": "14Gi", GPU_RESOURCE: "1"},
+                    node_selector={"kubernetes.io/arch": "amd64"},
+                    instance_types=_GPU_TYPES,
+                    tolerations=({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},),
+                ),
+            ),
+        ),
+        accelerator=GPU_RESOURCE,
+    ),
+    "graviton": NodeProfile(
+        name="graviton",
+        engine="llama.cpp",
+        description="llama.cpp on Graviton (c7g/c8g.8xlarge) from the Karpenter cpu-arm pool (seed 001)",
+        head=PodProfile(
+            resources={"cpu": "2", "memory": "8Gi"},
+            node_selector={"kubernetes.io/arch": "arm64", "model-inferencing": "cpu-arm"},
+            ray_start_params=_HEAD_RAY_PARAMS,
+        ),
+        workers=(
+            WorkerGroupProfile(
+                group_name="cpu-arm",
+                min_replicas=0,
+                max_replicas=10,  # seed 001 benchmarks 10 worker pods
+                pod=PodProfile(
+                    # an 8xlarge (32 vCPU, 64 GiB) per pod, leaving room for kubelet and daemonsets
+                    resources={"cpu": "30", "memory": "56Gi"},
+                    node_selector={"kubernetes.io/arch": "arm64", "model-inferencing": "cpu-arm"},
+                    instance_types=("c7g.8xlarge", "c8g.8xlarge"),
+                ),
+            ),
+        ),
+        env={"OMP_NUM_THREADS": "30"},
+    ),
+    "inf2": NodeProfile(
+        name="inf2",
+        engine="vllm-neuron",
+        description="vLLM on Inferentia2 (inf2.48xlarge), TP=8 over 4 Neuron devices per pod (seed 004)",
+        head=PodProfile(
+            resources={"cpu": "2", "memory": "8Gi"},
+            node_selector={"kubernetes.io/arch": "amd64"},
+            ray_start_params=_HEAD_RAY_PARAMS,
+        ),
+        workers=(
+            WorkerGroupProfile(
+                group_name="neuron",
+                min_replicas=0,
+                max_replicas=3,  # three TP=8 pods fill one inf2.48xlarge (12 devices, 24 cores)
+                pod=PodProfile(
+                    resources={"cpu": "60", "memory": "240Gi", NEURON_RESOURCE: "4"},
+                    node_selector={"node.kubernetes.io/instance-type": "inf2.48xlarge"},
+                    tolerations=({"key": NEURON_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},),
+                    scheduler_name="my-scheduler",  # Neuron scheduler extension: contiguous devices
+                ),
+            ),
+        ),
+        accelerator=NEURON_RESOURCE,
+        tensor_parallel_size=8,
+        env={"NEURON_RT_NUM_CORES": "8"},
+    ),
+}
+
+
+def get_profile(name: str) -> NodeProfile:
+    """The profile called ``name``, or an error listing the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise UnknownProfileError(
+            f"Unknown KubeRay profile {name!r}; choose one of {sorted(PROFILES)}."
+        ) from None
+
+
+_SUFFIX = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+    "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3,
+}  # fmt: skip
+
+
+def parse_quantity(value: str | int | float, *, memory: bool = False) -> float:
+    """A Kubernetes quantity as a float; memory in GiB so totals stay readable."""
+    text = str(value)
+    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+        if text.endswith(suffix):
+            number = float(text[: -len(suffix)]) * _SUFFIX[suffix]
+            break
+    else:
+        number = float(text)
+    return number / 2**30 if memory else number
