@@ -1,0 +1,198 @@
+"""Fast, resumable uploads of model files to S3: parallel multipart, storage class, throttling retries.
+
+Built on the Amazon provider's ``S3Hook`` client with a boto3 ``TransferConfig``; botocore's
+``standard`` retry mode backs off on ``503 SlowDown`` and other throttling replies. Every object
+carries its sha256 as metadata, so a later run (or :meth:`S3Uploader.verify`) can tell what is there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raylift.errors import StagingError
+from raylift.staging.manifest import sha256_file
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+SHA256_METADATA_KEY = "sha256"
+STORAGE_CLASSES = frozenset(
+    {
+        "STANDARD",
+        "REDUCED_REDUNDANCY",
+        "STANDARD_IA",
+        "ONEZONE_IA",
+        "INTELLIGENT_TIERING",
+        "GLACIER_IR",
+        "EXPRESS_ONEZONE",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """Multipart and retry knobs; defaults suit multi-GB safetensors shards."""
+
+    multipart_threshold: int = 64 * MiB
+    multipart_chunksize: int = 64 * MiB
+    max_concurrency: int = 8
+    max_attempts: int = 8  # botocore attempts per request, throttling included
+    progress_every_s: float = 10.0
+
+
+class Progress:
+    """Thread-safe byte counter for boto3 callbacks: logs files/bytes done, MB/s and ETA."""
+
+    def __init__(self, total_bytes: int, total_files: int, every_s: float, emit: Callable[..., None]) -> None:
+        self.total_bytes, self.total_files = total_bytes, total_files
+        self.done_bytes = self.done_files = 0
+        self.every_s, self.emit = every_s, emit
+        self.started = self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __call__(self, nbytes: int) -> None:
+        with self._lock:
+            self.done_bytes += nbytes
+            now = time.monotonic()
+            if now - self._last >= self.every_s:
+                self._last = now
+                self.report()
+
+    def file_done(self) -> None:
+        with self._lock:
+            self.done_files += 1
+            self.report()
+
+    def report(self) -> None:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = self.done_bytes / elapsed
+        eta = (self.total_bytes - self.done_bytes) / rate if rate > 0 else float("inf")
+        self.emit(
+            "uploaded %d/%d files, %.1f/%.1f MB, %.1f MB/s, ETA %s",
+            self.done_files,
+            self.total_files,
+            self.done_bytes / 1e6,
+            self.total_bytes / 1e6,
+            rate / 1e6,
+            f"{eta:.0f}s" if eta != float("inf") else "unknown",
+        )
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    size: int
+    sha256: str | None
+    storage_class: str
+
+
+class S3Uploader:
+    """Uploads files under ``s3://bucket/`` keys; one instance per staging run."""
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        storage_class: str | None = None,
+        settings: TransferSettings | None = None,
+    ) -> None:
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        if storage_class and storage_class not in STORAGE_CLASSES:
+            raise StagingError(
+                f"Unknown S3 storage class {storage_class!r}: use one of {sorted(STORAGE_CLASSES)}."
+            )
+        self.bucket = bucket
+        self.storage_class = storage_class
+        self.settings = settings or TransferSettings()
+        self.hook = S3Hook(
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            config={"retries": {"mode": "standard", "max_attempts": self.settings.max_attempts}},
+        )
+        self._sha_cache: dict[tuple[str, int, int], str] = {}
+        self.progress: Progress | None = None
+
+    @property
+    def client(self) -> Any:
+        return self.hook.get_conn()
+
+    def start(self, total_bytes: int, total_files: int) -> None:
+        """Begin a progress report for a run of ``total_files`` files."""
+        self.progress = Progress(total_bytes, total_files, self.settings.progress_every_s, log.info)
+
+    def sha256(self, path: Path) -> str:
+        """sha256 of ``path``, remembered by (path, size, mtime) so a run reads each file once more at most."""
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in self._sha_cache:
+            self._sha_cache[key] = sha256_file(path)
+        return self._sha_cache[key]
+
+    def head(self, key: str) -> RemoteObject | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            reply = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StagingError(f"Cannot read s3://{self.bucket}/{key}: {exc}") from None
+        return RemoteObject(
+            size=int(reply["ContentLength"]),
+            sha256=reply.get("Metadata", {}).get(SHA256_METADATA_KEY),
+            storage_class=reply.get("StorageClass", "STANDARD"),
+        )
+
+    def upload(self, path: Path, key: str) -> None:
+        """Parallel multipart upload of one file, tagged with its sha256 and storage class."""
+        from boto3.s3.transfer import TransferConfig
+        from boto3.exceptions import S3UploadFailedError
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        s = self.settings
+        extra: dict[str, Any] = {"Metadata": {SHA256_METADATA_KEY: self.sha256(path)}}
+        if self.storage_class:
+            extra["StorageClass"] = self.storage_class
+        config = TransferConfig(
+            multipart_threshold=s.multipart_threshold,
+            multipart_chunksize=s.multipart_chunksize,
+            max_concurrency=s.max_concurrency,
+            use_threads=s.max_concurrency > 1,
+        )
+        try:
+            self.client.upload_file(
+                str(path), self.bucket, key, ExtraArgs=extra, Config=config, Callback=self.progress
+            )
+        except (S3UploadFailedError, ClientError, BotoCoreError, OSError) as exc:
+            raise StagingError(
+                f"Uploading {path.name} to s3://{self.bucket}/{key} failed after retries: {exc}. "
+                "Re-run the task: files already uploaded are kept and skipped."
+            ) from None
+        if self.progress:
+            self.progress.file_done()
+
+    def verify(self, expected: Mapping[str, Mapping[str, Any]]) -> None:
+        """Check every ``key -> {size, sha256}`` is in S3 with that size (and sha256 metadata when present)."""
+        problems = []
+        for key, entry in sorted(expected.items()):
+            remote = self.head(key)
+            if remote is None:
+                problems.append(f"{key}: missing")
+            elif remote.size != int(entry["size"]):
+                problems.append(f"{key}: size {remote.size} != {entry['size']}")
+            elif remote.sha256 is not None and remote.sha256 != entry["sha256"]:
+                problems.append(f"{key}: sha256 differs")
+        if problems:
+            shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
+            raise StagingError(
+                f"Verification of s3://{self.bucket} failed for {len(problems)} file(s): {shown}. "
+                "Re-run staging to re-upload them."
+            )
