@@ -1,0 +1,1 @@
+"""Hooks: each talks to one API."""

@@ -1,0 +1,120 @@
+"""RayDashboardHook: the Ray dashboard's HTTP API (cluster nodes, Serve REST API), sync and async.
+
+Used by every target: locally the dashboard is on 127.0.0.1; on ECS it is the head task found through
+Cloud Map. Only HTTP, so the Airflow worker needs no Ray runtime and no cluster credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from airflow.sdk.bases.hook import BaseHook
+
+from raylift.errors import ClusterError, DeployError
+from raylift.targets.base import ClusterState
+
+# Serve application states (ray.serve.schema.ApplicationStatus)
+APP_RUNNING = "RUNNING"
+APP_DEPLOY_FAILED = "DEPLOY_FAILED"
+APP_UNHEALTHY = "UNHEALTHY"
+APP_FAILED_STATES = frozenset({APP_DEPLOY_FAILED, APP_UNHEALTHY})
+
+
+class RayDashboardHook(BaseHook):
+    """Talk to a Ray dashboard at ``address`` (``http://host:8265``) or the one a connection names."""
+
+    conn_name_attr = "ray_dashboard_conn_id"
+    default_conn_name = "ray_dashboard_default"
+    conn_type = "http"
+    hook_name = "Ray dashboard"
+
+    def __init__(self, address: str | None = None, *, conn_id: str | None = None, timeout_s: float = 30.0):
+        super().__init__()
+        if address is None:
+            conn = self.get_connection(conn_id or self.default_conn_name)
+            address = f"{conn.schema or 'http'}://{conn.host}:{conn.port or 8265}"
+        self.address = address.rstrip("/")
+        self.timeout_s = timeout_s
+
+    # -- plain parsing, shared by the sync and async paths ------------------------------------
+    @staticmethod
+    def parse_nodes(payload: dict[str, Any]) -> ClusterState:
+        nodes = payload["data"]["result"]["result"]
+        alive = [n for n in nodes if n.get("state") == "ALIVE"]
+        totals: dict[str, float] = {}
+        for node in alive:
+            for name, amount in node.get("resources_total", {}).items():
+                if name.startswith("node:") or name in ("memory", "object_store_memory"):
+                    continue
+                totals[name] = totals.get(name, 0.0) + float(amount)
+        return ClusterState(nodes=len(alive), resources=totals)
+
+    @staticmethod
+    def app_statuses(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """``{app: {"status": ..., "message": ...}}`` from ``GET /api/serve/applications/``."""
+        apps = payload.get("applications") or {}
+        return {
+            name: {"status": app.get("status"), "message": app.get("message") or ""}
+            for name, app in apps.items()
+        }
+
+    @staticmethod
+    def deployed_config(payload: dict[str, Any]) -> dict[str, Any]:
+        """Rebuild the declarative config that is applied now, from ``GET /api/serve/applications/``."""
+        apps = [
+            app["deployed_app_config"]
+            for app in (payload.get("applications") or {}).values()
+            if app.get("deployed_app_config")
+        ]
+        config: dict[str, Any] = {"applications": apps}
+        http = payload.get("http_options")
+        if http:
+            config["http_options"] = {k: http[k] for k in ("host", "port") if k in http}
+        if payload.get("proxy_location"):
+            config["proxy_location"] = payload["proxy_location"]
+        return config
+
+    # -- sync ---------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            resp = httpx.request(method, f"{self.address}{path}", timeout=self.timeout_s, **kwargs)
+        except httpx.TransportError as exc:
+            raise ClusterError(
+                f"Cannot reach the Ray dashboard at {self.address} ({type(exc).__name__}): "
+                "is the cluster up? Run the scale step first, or check the head address."
+            ) from None
+        return resp
+
+    def is_up(self) -> bool:
+        try:
+            return httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def cluster_state(self) -> ClusterState:
+        resp = self._request("GET", "/api/v0/nodes", params={"detail": "1", "limit": "1000"})
+        if resp.status_code != 200:
+            raise ClusterError(f"Ray dashboard {self.address} answered {resp.status_code} for nodes.")
+        return self.parse_nodes(resp.json())
+
+    def serve_applications(self) -> dict[str, Any]:
+        resp = self._request("GET", "/api/serve/applications/")
+        if resp.status_code != 200:
+            raise ClusterError(f"Ray dashboard {self.address} answered {resp.status_code}: {resp.text[:300]}")
+        return resp.json()
+
+    def put_serve_config(self, config: dict[str, Any]) -> None:
+        """``PUT /api/serve/applications/``: replaces every application not listed in ``config``."""
+        resp = self._request("PUT", "/api/serve/applications/", json=config)
+        if resp.status_code != 200:
+            raise DeployError(
+                f"Ray Serve refused the config ({resp.status_code}): {resp.text[:1000]}"
+            )
+
+    # -- async (triggers) ---------------------------------------------------------------------
+    async def aserve_applications(self) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+            resp = await client.get(f"{self.address}/api/serve/applications/")
+        resp.raise_for_status()
+        return resp.json()

@@ -1,0 +1,1 @@
+"""The embedded `local` target's machinery: a real Ray cluster on this machine."""

@@ -1,0 +1,193 @@
+"""A real Ray cluster on this machine: one head and N worker nodes, each a ``ray start --block`` process.
+
+Each node is its own process group that raylift starts and stops, so resizing to fewer workers stops
+exactly those nodes and teardown leaves nothing behind. Everything binds to 127.0.0.1. Ray runs in the
+*runtime* environment (where vLLM lives), never in the Airflow worker's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from raylift.config import LocalSettings
+from raylift.errors import ClusterError
+from raylift.hooks.ray_dashboard import RayDashboardHook
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeProcess:
+    role: str  # head | worker-<i>
+    pid: int
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # a zombie still answers kill(0); check /proc where it exists
+        stat = Path(f"/proc/{self.pid}/stat")
+        return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+class LocalRayCluster:
+    """Start, resize and stop the local Ray cluster described by ``settings``."""
+
+    def __init__(self, settings: LocalSettings) -> None:
+        self.s = settings
+        self.dir = settings.cluster_dir
+        self.state_file = self.dir / "nodes.json"
+        self.dashboard = RayDashboardHook(settings.dashboard_url)
+
+    # -- state ----------------------------------------------------------------------------------
+    def _load(self) -> dict[str, NodeProcess]:
+        if not self.state_file.exists():
+            return {}
+        data = json.loads(self.state_file.read_text())
+        return {role: NodeProcess(role, pid) for role, pid in data.items()}
+
+    def _save(self, nodes: dict[str, NodeProcess]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps({r: n.pid for r, n in nodes.items()}))
+
+    def nodes(self) -> dict[str, NodeProcess]:
+        """Node processes that are still alive (dead ones are forgotten)."""
+        return {role: n for role, n in self._load().items() if n.alive()}
+
+    @property
+    def temp_dir(self) -> Path:
+        # Ray's unix sockets must fit in 107 bytes, so the session dir lives under /tmp, keyed by home.
+        key = hashlib.sha256(str(self.s.home.resolve()).encode()).hexdigest()[:10]
+        return Path("/tmp") / f"raylift-ray-{key}"
+
+    # -- processes --------------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        runtime_bin = str(self.s.runtime_python.parent)
+        env["PATH"] = f"{runtime_bin}:{env.get('PATH', '')}"
+        for var in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
+            env.pop(var, None)  # the runtime venv must not see the Airflow venv's packages
+        env.update(
+            {
+                "RAY_USAGE_STATS_ENABLED": "0",
+                # Ray starts its workers at nice 15 by default; on a small CPU box that lets the
+                # proxy and clients starve the engine. Run the replicas at normal priority.
+                "RAY_worker_niceness": "0",
+                "RAY_DEDUP_LOGS": "0",
+            }
+        )
+        return env
+
+    def _spawn(self, role: str, args: list[str]) -> NodeProcess:
+        ray = self.s.runtime_python.parent / "ray"
+        if not ray.exists():
+            raise ClusterError(
+                f"Ray is not installed in the runtime environment ({ray} missing): run `make setup` first."
+            )
+        log_path = self.dir / f"{role}.log"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen(
+                [str(ray), "start", "--block", "--disable-usage-stats", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                cwd=self.dir,
+                start_new_session=True,  # its own process group: stop it and all its children at once
+            )
+        log.info("started Ray %s (pid %s), log %s", role, proc.pid, log_path)
+        return NodeProcess(role, proc.pid)
+
+    def _stop(self, node: NodeProcess, timeout_s: float = 30.0) -> None:
+        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(node.pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and node.alive():
+                time.sleep(0.2)
+            if not node.alive():
+                return
+
+    def start_head(self) -> NodeProcess:
+        nodes = self.nodes()
+        if "head" in nodes:
+            return nodes["head"]
+        if self.dashboard.is_up():
+            raise ClusterError(
+                f"Something else already serves a Ray dashboard on {self.s.dashboard_url}: stop it "
+                "(`ray stop` in that environment) or set RAYLIFT_DASHBOARD_PORT to a free port."
+            )
+        head = self._spawn(
+            "head",
+            [
+                "--head",
+                f"--node-ip-address={self.s.bind_host}",
+                f"--port={self.s.gcs_port}",
+                "--include-dashboard=true",
+                f"--dashboard-host={self.s.bind_host}",
+                f"--dashboard-port={self.s.dashboard_port}",
+                f"--num-cpus={self.s.head_num_cpus}",
+                f"--object-store-memory={self.s.object_store_bytes}",
+                f"--temp-dir={self.temp_dir}",
+            ],
+        )
+        nodes["head"] = head
+        self._save(nodes)
+        return head
+
+    def wait_dashboard(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.dashboard.is_up():
+            if not self.nodes().get("head"):
+                raise ClusterError(
+                    f"The Ray head exited during start-up: see {self.dir / 'head.log'}."
+                )
+            if time.monotonic() > deadline:
+                raise ClusterError(f"Ray dashboard did not come up on {self.s.dashboard_url} in {timeout_s:.0f}s.")
+            time.sleep(1)
+
+    def scale(self, workers: int) -> dict[str, NodeProcess]:
+        """Make the cluster have exactly ``workers`` worker nodes (starting the head if needed)."""
+        if workers < 0:
+            raise ValueError("workers must be >= 0")
+        self.start_head()
+        self.wait_dashboard()
+        nodes = self.nodes()
+        current = sorted((r for r in nodes if r.startswith("worker-")), key=lambda r: int(r.split("-")[1]))
+        for role in current[workers:]:
+            log.info("stopping Ray %s (scale down to %s workers)", role, workers)
+            self._stop(nodes.pop(role))
+        for index in range(workers):
+            role = f"worker-{index}"
+            if role not in nodes:
+                nodes[role] = self._spawn(
+                    role,
+                    [
+                        f"--address={self.s.bind_host}:{self.s.gcs_port}",
+                        f"--node-ip-address={self.s.bind_host}",
+                        f"--num-cpus={self.s.worker_num_cpus}",
+                        f"--object-store-memory={self.s.object_store_bytes}",
+                    ],
+                )
+        self._save(nodes)
+        return nodes
+
+    def stop(self) -> None:
+        """Stop every node raylift started (workers first, then the head). Idempotent."""
+        nodes = self._load()
+        for role in sorted(nodes, key=lambda r: r == "head"):
+            self._stop(nodes[role])
+        self._save({})
