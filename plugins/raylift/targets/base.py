@@ -126,6 +126,10 @@ class Target(ABC):
         """Scale to zero and stop what ``scale`` started. Idempotent."""
 
     # -- shared, overridable ---------------------------------------------------------------------
+    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
+        """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM
+        runtime rely on Serve reporting DEPLOY_FAILED (and the deploy rolling back) instead."""
+
     def state_uri(self) -> str:
         """Where run records and the last good Serve config are kept (the model store by default)."""
         return self.model_store_uri()

@@ -1,0 +1,88 @@
+"""raylift_deploy: model source -> benchmarked OpenAI-compatible endpoint on Ray Serve + vLLM.
+
+build artifact -> stage model -> scale cluster -> wait ready -> deploy -> smoke test -> benchmark -> run record.
+All logic lives in the raylift package; the target Param picks local / ecs / eks.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, chain
+
+from raylift.dag_params import deploy_params
+from raylift.operators.benchmark import BenchmarkOperator
+from raylift.operators.build import BuildArtifactOperator
+from raylift.operators.cluster import ScaleClusterOperator
+from raylift.operators.deploy import ServeDeployOperator
+from raylift.operators.record import RunRecordOperator
+from raylift.operators.smoke import SmokeTestOperator
+from raylift.operators.stage import StageModelOperator
+from raylift.sensors.cluster import RayClusterReadySensor
+
+TARGET = {"target": "{{ params.target }}", "target_options": "{{ params.target_options }}"}
+
+with DAG(
+    dag_id="raylift_deploy",
+    description="Deploy an LLM on Ray Serve + vLLM, smoke-test and benchmark it",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    params=deploy_params(),
+    tags=["raylift"],
+    doc_md=__doc__,
+) as dag:
+    build = BuildArtifactOperator(task_id="build_artifact", **TARGET)
+    stage = StageModelOperator(
+        task_id="stage_model",
+        model_source="{{ params.model_source }}",
+        model_id="{{ params.model_id }}",
+        revision="{{ params.revision }}",
+        **TARGET,
+    )
+    scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}", **TARGET)
+    ready = RayClusterReadySensor(task_id="wait_cluster_ready", expectation=scale.output, **TARGET)
+    deploy = ServeDeployOperator(
+        task_id="deploy",
+        artifact=build.output,
+        model=stage.output,
+        app_name="{{ params.app_name }}",
+        serve_config="{{ params.serve_config }}",
+        served_name="{{ params.served_name }}",
+        replicas="{{ params.replicas }}",
+        engine_args="{{ params.engine_args }}",
+        app_args="{{ params.app_args }}",
+        **TARGET,
+    )
+    smoke = SmokeTestOperator(
+        task_id="smoke_test",
+        deployed=deploy.output,
+        app_name="{{ params.app_name }}",
+        served_name="{{ params.served_name }}",
+        **TARGET,
+    )
+    benchmark = BenchmarkOperator(
+        task_id="benchmark",
+        deployed=deploy.output,
+        app_name="{{ params.app_name }}",
+        served_name="{{ params.served_name }}",
+        profile="{{ params.benchmark_profile }}",
+        concurrency="{{ params.concurrency }}",
+        requests_per_level="{{ params.requests_per_level }}",
+        slos="{{ params.slos }}",
+        **TARGET,
+    )
+    record = RunRecordOperator(
+        task_id="run_record",
+        parts={
+            "artifact": build.output,
+            "model": stage.output,
+            "deployed": deploy.output,
+            "smoke": smoke.output,
+            "benchmark": benchmark.output,
+        },
+        **TARGET,
+    )
+    chain(build, stage, scale, ready, deploy, smoke, benchmark, record)

@@ -1,0 +1,80 @@
+"""The Params (JSON schema) of raylift's DAGs: one definition, shared by the trigger form and the REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param
+
+from raylift.config import DEFAULT_APP_NAME, local_settings
+from raylift.targets import TARGETS
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+def default_model_source() -> str:
+    """The tiny model `make demo` generates; any local path, s3:// prefix or hub repo id works."""
+    return str(local_settings().home / "models" / "tiny-llama")
+
+
+def target_params() -> dict[str, Param]:
+    return {
+        "target": Param("local", type="string", enum=sorted(TARGETS), description="Where to deploy"),
+        "target_options": Param(
+            {},
+            type="object",
+            description="Target-specific options (ECS/EKS: cluster, services, bucket, conn ids...). Empty for local.",
+        ),
+    }
+
+
+def deploy_params() -> dict[str, Param]:
+    slo_number = {"type": ["number", "null"], "minimum": 0}
+    params: dict[str, Any] = {
+        **target_params(),
+        "model_source": Param(
+            default_model_source(),
+            type="string",
+            minLength=1,
+            description="Local path, file://, s3://bucket/prefix, or a hub repo id (org/name)",
+        ),
+        "model_id": Param("raylift/tiny-llama", type="string", minLength=1, description="Name in the model store"),
+        "revision": Param("", type=["string", "null"], description="Hub revision / tag (empty: default)"),
+        "served_name": Param(
+            "tiny-llama", type="string", pattern=NAME_PATTERN, description="Model name clients send in requests"
+        ),
+        "app_name": Param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
+        "serve_config": Param(
+            "llm-cpu.yaml", type="string", pattern=r"^[A-Za-z0-9._-]+\.ya?ml$",
+            description="Base Serve config in serve_apps/configs/",
+        ),
+        "replicas": Param(1, type="integer", minimum=0, maximum=64, description="Serve replicas of the model"),
+        "workers": Param(0, type="integer", minimum=0, maximum=64, description="Ray worker nodes besides the head"),
+        "engine_args": Param(
+            {}, type="object", description="Extra vLLM engine args, e.g. {\"max_model_len\": 2048}"
+        ),
+        "app_args": Param(
+            {}, type="object",
+            description="Extra args for the Serve app (e.g. {\"default_max_tokens\": 128, \"stream_coalesce_ms\": 2})",
+        ),
+        "benchmark_profile": Param(
+            "smoke", type="string", enum=["smoke", "short", "llmperf-inf2"], description="Request size profile"
+        ),
+        "concurrency": Param(
+            [1, 4], type="array", items={"type": "integer", "minimum": 1, "maximum": 256}, minItems=1,
+            description="Concurrency levels to measure",
+        ),
+        "requests_per_level": Param(16, type="integer", minimum=1, maximum=2000, description="Requests per level"),
+        "slos": Param(
+            {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None, "max_error_rate": 0.0},
+            type="object",
+            properties={
+                "max_ttft_p99_ms": slo_number,
+                "min_output_tokens_per_s": slo_number,
+                "max_error_rate": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            },
+            additionalProperties=False,
+            description="Release gates; null = not checked",
+        ),
+    }
+    return params

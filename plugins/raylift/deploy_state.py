@@ -1,0 +1,60 @@
+"""What was serving, kept in the state store: the last Serve config that passed, and run records.
+
+Rollback restores ``last_good`` (the last config that passed smoke test and gates); when a target has
+never had one, it restores the config captured just before this run's deploy. Keys:
+``_raylift/<target>/<app>/last_good.json``, ``_raylift/<target>/<app>/pre_deploy/<run>.json``,
+``_raylift/runs/<run>/...``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from raylift.serve_config import config_hash
+from raylift.store import ObjectStore
+
+_RUN_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def run_key(run_id: str) -> str:
+    return f"_raylift/runs/{_RUN_SAFE.sub('_', run_id)}"
+
+
+class DeploymentState:
+    def __init__(self, store: ObjectStore, target: str, app: str) -> None:
+        self.store, self.target, self.app = store, target, app
+        self.prefix = f"_raylift/{_RUN_SAFE.sub('_', target)}/{_RUN_SAFE.sub('_', app)}"
+
+    def save_pre_deploy(self, run_id: str, config: dict[str, Any]) -> None:
+        self.store.write_json(f"{self.prefix}/pre_deploy/{_RUN_SAFE.sub('_', run_id)}.json", config)
+
+    def pre_deploy(self, run_id: str) -> dict[str, Any] | None:
+        return self.store.read_json(f"{self.prefix}/pre_deploy/{_RUN_SAFE.sub('_', run_id)}.json")
+
+    def last_good(self) -> dict[str, Any] | None:
+        """``{"config": ..., "config_hash": ..., "run_id": ..., "benchmark": ..., "recorded_at": ...}``."""
+        return self.store.read_json(f"{self.prefix}/last_good.json")
+
+    def record_good(self, run_id: str, config: dict[str, Any], benchmark: dict[str, Any] | None = None) -> None:
+        self.store.write_json(
+            f"{self.prefix}/last_good.json",
+            {
+                "run_id": run_id,
+                "config": config,
+                "config_hash": config_hash(config),
+                "benchmark": benchmark,
+                "recorded_at": datetime.now(timezone.utc).isoformat(),
+            },
+        )
+
+    def rollback_config(self, run_id: str) -> tuple[dict[str, Any] | None, str]:
+        """The config to restore and where it came from."""
+        good = self.last_good()
+        if good:
+            return good["config"], f"last good config (run {good['run_id']})"
+        pre = self.pre_deploy(run_id)
+        if pre is not None:
+            return pre, "config that was serving before this run"
+        return None, "nothing recorded"

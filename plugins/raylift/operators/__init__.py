@@ -1,0 +1,1 @@
+"""Operators: each composes hooks/targets into one user-visible pipeline step."""

@@ -1,0 +1,133 @@
+"""Deploy one Serve application through the target's Serve API, deferring until it is RUNNING.
+
+Order matters for "nothing already serving is lost": validate first (engine args, config), snapshot
+the config that is serving, then apply a config that changes only this app. If Serve reports
+DEPLOY_FAILED, restore the last good version of this app and fail with Serve's own message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, SERVE_APPS_DIR_NAME, repo_root
+from raylift.errors import DeployError, RayliftValueError
+from raylift.operators.base import Stopwatch, TargetOperator
+from raylift.targets.base import Artifact, StagedModel
+
+
+class ServeDeployOperator(TargetOperator):
+    template_fields = (
+        *TargetOperator.template_fields,
+        "artifact",
+        "model",
+        "app_name",
+        "serve_config",
+        "served_name",
+        "replicas",
+        "engine_args",
+        "app_args",
+    )
+
+    def __init__(
+        self,
+        *,
+        artifact: Any,
+        model: Any,
+        served_name: str,
+        app_name: str = DEFAULT_APP_NAME,
+        serve_config: str = "llm-cpu.yaml",
+        replicas: int | str = 1,
+        engine_args: dict[str, Any] | None = None,
+        app_args: dict[str, Any] | None = None,
+        timeout_s: float = DEPLOY_TIMEOUT_S,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.artifact, self.model = artifact, model
+        self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
+        self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
+        self.timeout_s, self.deferrable = timeout_s, deferrable
+
+    def render(self) -> dict[str, Any]:
+        """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""
+        from raylift.serve_config import load_config, render_app
+
+        try:
+            replicas = int(self.replicas)
+        except (TypeError, ValueError):
+            raise RayliftValueError(f"'replicas' must be an integer >= 0, got {self.replicas!r}.") from None
+        if replicas < 0:
+            raise RayliftValueError(f"'replicas' must be >= 0, got {replicas}.")
+        if not isinstance(self.engine_args, dict):
+            raise RayliftValueError(f"'engine_args' must be a JSON object, got {type(self.engine_args).__name__}.")
+        name = Path(str(self.serve_config)).name
+        base = load_config(repo_root() / SERVE_APPS_DIR_NAME / "configs" / name)
+        artifact = Artifact.from_xcom(self.artifact)
+        model = StagedModel.from_xcom(self.model)
+        base_args = base["applications"][0].get("args", {})
+        args = {
+            **self.app_args,
+            "model": model.uri,
+            "served_model_name": str(self.served_name),
+            "engine_args": {**base_args.get("engine_args", {}), **self.engine_args},
+        }
+        self._base = base
+        return render_app(
+            base, app_name=str(self.app_name), working_dir=artifact.working_dir, args=args, replicas=replicas
+        )
+
+    def execute(self, context: Any) -> Any:
+        from raylift.serve_config import config_hash, merge_app
+
+        watch = Stopwatch()
+        app = self.render()
+        target = self.target_impl
+        target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
+        current = target.current_serve_config()
+        config = merge_app(current, app, defaults=self._base)
+        run_id = context["run_id"]
+        self.state_for(str(self.app_name)).save_pre_deploy(run_id, current)
+        target.apply_serve_config(config)
+        self.log.info(
+            "submitted Serve config %s (app %r, %s app(s) in total) in %s; waiting for RUNNING",
+            config_hash(config)[:12], self.app_name, len(config["applications"]), watch,
+        )
+        context["ti"].xcom_push(key="serve_config", value=config)
+        trigger = target.deploy_trigger(app_names=[str(self.app_name)], timeout_s=self.timeout_s)
+        if self.deferrable:
+            from datetime import timedelta
+
+            self.defer(
+                trigger=trigger,
+                method_name="execute_complete",
+                timeout=timedelta(seconds=self.timeout_s + 60),
+            )
+        import asyncio
+
+        async def first_event() -> Any:
+            async for event in trigger.run():
+                return event.payload
+
+        return self.execute_complete(context, asyncio.run(first_event()))
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        from raylift.rollback import restore_app
+        from raylift.serve_config import config_hash
+
+        config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
+        if event.get("status") == "success":
+            self.log.info("Serve apps RUNNING: %s", event.get("apps"))
+            return {
+                "app_name": self.app_name,
+                "config_hash": config_hash(config),
+                "endpoint": self.target_impl.endpoint_url(),
+                "served_name": self.served_name,
+            }
+        reason = event.get("message", "unknown")
+        action = restore_app(self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name))
+        raise DeployError(
+            f"Serve app {self.app_name!r} did not deploy ({event.get('status')}): {reason}\n"
+            f"Rolled back: {action}. Fix the app/config and redeploy."
+        )

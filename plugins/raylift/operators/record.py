@@ -1,0 +1,42 @@
+"""Write the run record: one JSON with the lineage of a deploy, from artifact to benchmark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raylift.operators.base import TargetOperator
+
+
+class RunRecordOperator(TargetOperator):
+    """Runs even when an upstream task failed (trigger rule all_done), so failures leave a record too."""
+
+    template_fields = (*TargetOperator.template_fields, "parts")
+
+    def __init__(self, *, parts: dict[str, Any], **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.parts = parts
+
+    def execute(self, context: Any) -> str:
+        from raylift.deploy_state import run_key
+        from raylift.run_record import build_record
+        from raylift.store import open_store
+
+        dag_run = context["dag_run"]
+        states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()} if hasattr(
+            dag_run, "get_task_instances"
+        ) else {}
+        config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
+        record = build_record(
+            run_id=context["run_id"],
+            target=self.target,
+            params=dict(context["params"]),
+            parts={**self.parts, "serve_config": config},
+            task_states=states,
+        )
+        store = open_store(self.target_impl.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
+        key = f"{run_key(context['run_id'])}/record.json"
+        store.write_json(key, record)
+        uri = store.child_uri(key)
+        self.log.info("run record written to %s", uri)
+        return uri

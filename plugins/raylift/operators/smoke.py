@@ -1,0 +1,31 @@
+"""Smoke-test the endpoint; on failure put the previous good app back and fail with the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raylift.config import DEFAULT_APP_NAME
+from raylift.errors import SmokeTestError
+from raylift.operators.base import TargetOperator
+
+
+class SmokeTestOperator(TargetOperator):
+    template_fields = (*TargetOperator.template_fields, "served_name", "app_name", "deployed")
+
+    def __init__(self, *, served_name: str, deployed: Any = None, app_name: str = DEFAULT_APP_NAME, **kw: Any):
+        super().__init__(**kw)
+        self.served_name, self.app_name, self.deployed = served_name, app_name, deployed
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from raylift.rollback import restore_app
+        from raylift.smoke import run_smoke
+
+        endpoint = self.target_impl.endpoint_url()
+        state = self.state_for(str(self.app_name))
+        try:
+            report = run_smoke(endpoint, str(self.served_name))
+        except SmokeTestError as exc:
+            action = restore_app(self.target_impl, state, context["run_id"], str(self.app_name))
+            raise SmokeTestError(f"{exc} Rolled back: {action}.") from exc
+        self.log.info("smoke test passed: %s", report)
+        return report

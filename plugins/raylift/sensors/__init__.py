@@ -1,0 +1,1 @@
+"""Sensors: wait on state."""

@@ -1,0 +1,99 @@
+"""The embedded default target: a real Ray cluster and a directory model store on this machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Any
+
+from raylift.artifact import PackageInputs, build_package
+from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, repo_root
+from raylift.errors import ClusterError, RayliftValueError
+from raylift.hooks.ray_dashboard import RayDashboardHook
+from raylift.local.cluster import LocalRayCluster
+from raylift.staging import stage_model
+from raylift.store import LocalStore, open_store
+from raylift.targets.base import Artifact, ClusterExpectation, ClusterState, StagedModel, Target
+from raylift.triggers.serve import ServeApplicationsTrigger
+
+
+class LocalTarget(Target):
+    """``local``: Ray head + N workers as processes bound to 127.0.0.1; packages and models on disk."""
+
+    name = "local"
+
+    def __init__(self, model_store: str | None = None, settings: LocalSettings | None = None, **_: Any) -> None:
+        self.settings = settings or local_settings()
+        self._model_store = model_store or str(self.settings.model_store)
+        self.cluster = LocalRayCluster(self.settings)
+        self.dashboard = RayDashboardHook(self.settings.dashboard_url)
+
+    def model_store_uri(self) -> str:
+        return self._model_store
+
+    def build_artifact(self, *, force: bool = False) -> Artifact:
+        root = repo_root()
+        inputs = PackageInputs(root / SERVE_APPS_DIR_NAME, (root / "requirements" / "runtime.lock",))
+        path, digest, reused = build_package(inputs, self.settings.artifacts_dir, force=force)
+        return Artifact(digest=digest, working_dir=f"file://{path}", reused=reused)
+
+    def stage_model(self, *, source: str, model_id: str, revision: str | None = None, **kw: Any) -> StagedModel:
+        store = open_store(self._model_store)
+        return stage_model(
+            source, store, model_id=model_id, revision=revision, cache_dir=self.settings.home / "cache", **kw
+        )
+
+    def scale(self, *, workers: int) -> ClusterExpectation:
+        if workers < 0:
+            raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
+        self.cluster.scale(workers)
+        cpus = self.settings.head_num_cpus + workers * self.settings.worker_num_cpus
+        return ClusterExpectation(nodes=1 + workers, resources={"CPU": float(cpus)})
+
+    def cluster_state(self) -> ClusterState:
+        return self.dashboard.cluster_state()
+
+    def current_serve_config(self) -> dict[str, Any]:
+        if not self.dashboard.is_up():
+            raise ClusterError(
+                f"No Ray cluster answers on {self.settings.dashboard_url}: run the scale step (or `make demo`) first."
+            )
+        return self.dashboard.deployed_config(self.dashboard.serve_applications())
+
+    def apply_serve_config(self, config: dict[str, Any]) -> None:
+        self.dashboard.put_serve_config(config)
+
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
+        return ServeApplicationsTrigger(
+            dashboard_url=self.settings.dashboard_url,
+            app_names=app_names,
+            submitted_at=time.time(),
+            timeout_s=timeout_s,
+        )
+
+    def endpoint_url(self) -> str:
+        return self.settings.serve_url
+
+    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
+        """Ask vLLM (in the runtime env) whether it accepts ``engine_args`` for this model, in seconds."""
+        proc = subprocess.run(
+            [str(self.settings.runtime_python), "-m", "llm.check_args", model_path, json.dumps(engine_args)],
+            cwd=repo_root() / SERVE_APPS_DIR_NAME,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise RayliftValueError(f"Could not check engine_args in the runtime env: {proc.stderr[-500:]}")
+        verdict = json.loads(lines[-1])
+        if not verdict["ok"]:
+            field = f" (field {verdict['field']!r})" if verdict.get("field") else ""
+            raise RayliftValueError(f"vLLM rejects engine_args{field}: {verdict['error'][:500]}")
+
+    def teardown(self) -> None:
+        self.cluster.stop()
+
+    def local_store(self) -> LocalStore:
+        return LocalStore(self._model_store)

@@ -1,0 +1,1 @@
+"""Triggers: deferrable waits (no worker slot held while a deploy or build runs)."""
