@@ -81,7 +81,8 @@ def test_api_refusal_is_a_specific_error_without_the_token(kube_api: KubeApiStan
     config = kube_api.kubeconfig()
     config["users"][0]["user"]["token"] = "wrong-token"
     monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": config}})
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": config}}),
     )
     with pytest.raises(KubernetesApiError, match="HTTP 401") as info:
         KubeRayHook().apply_rayservice(manifest())
@@ -89,7 +90,8 @@ def test_api_refusal_is_a_specific_error_without_the_token(kube_api: KubeApiStan
 
 
 def test_hook_accepts_a_kubeconfig_dict(kube_api: KubeApiStandIn, monkeypatch) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))  # no kubeconfig
+    no_kubeconfig = json.dumps({"conn_type": "kubernetes"})
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", no_kubeconfig)
     hook = KubeRayHook(config_dict=kube_api.kubeconfig())
     hook.apply_rayservice(manifest())
     assert hook.get_rayservice("llm", "raylift")["kind"] == "RayService"
@@ -107,18 +109,27 @@ def test_status_ready_condition_and_active_apps() -> None:
         _obj(
             {
                 "observedGeneration": 1,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints", "message": "ok"}],
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints", "message": "ok"}
+                ],
                 "activeServiceStatus": {"applicationStatuses": {"llm": {"status": "RUNNING"}}},
             }
         )
     )
-    assert got == RayServiceStatus(ready=True, app_statuses={"llm": "RUNNING"}, message="ok", app_messages={"llm": ""})
+    assert got == RayServiceStatus(
+        ready=True, app_statuses={"llm": "RUNNING"}, message="ok", app_messages={"llm": ""}
+    )
     assert got.all_running(["llm"]) and not got.all_running(["llm", "other"])
 
 
 def test_status_old_service_status_field() -> None:
     got = rayservice_status(
-        _obj({"serviceStatus": "Running", "activeServiceStatus": {"applicationStatuses": {"llm": {"status": "RUNNING"}}}})
+        _obj(
+            {
+                "serviceStatus": "Running",
+                "activeServiceStatus": {"applicationStatuses": {"llm": {"status": "RUNNING"}}},
+            }
+        )
     )
     assert got.ready and got.message == "Running"
     assert not rayservice_status(_obj({"serviceStatus": "WaitForServeDeploymentReady"})).ready
@@ -153,7 +164,9 @@ def test_status_failure_message_falls_back_to_the_deployment_message() -> None:
                     "applicationStatuses": {
                         "llm": {
                             "status": "UNHEALTHY",
-                            "serveDeploymentStatuses": {"LLMServer": {"status": "UNHEALTHY", "message": "OOM"}},
+                            "serveDeploymentStatuses": {
+                                "LLMServer": {"status": "UNHEALTHY", "message": "OOM"}
+                            },
                         }
                     }
                 }

@@ -14,9 +14,14 @@ def serve_config(app: str = "llm", model: str = "tiny-llm") -> dict[str, Any]:
                 "name": app,
                 "route_prefix": "/",
                 "import_path": "serve_apps.llm:build_app",
-                "runtime_env": {"working_dir": "s3://raylift-models/artifacts/abc123.zip", "env_vars": {"VLLM_LOGGING_LEVEL": "INFO"}},
+                "runtime_env": {
+                    "working_dir": "s3://raylift-models/artifacts/abc123.zip",
+                    "env_vars": {"VLLM_LOGGING_LEVEL": "INFO"},
+                },
                 "args": {"model_id": model, "model_source": "/mnt/models/tiny-llm"},
-                "deployments": [{"name": "LLMServer", "autoscaling_config": {"min_replicas": 1, "max_replicas": 2}}],
+                "deployments": [
+                    {"name": "LLMServer", "autoscaling_config": {"min_replicas": 1, "max_replicas": 2}}
+                ],
             }
         ],
     }

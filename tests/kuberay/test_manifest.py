@@ -1,4 +1,4 @@
-"""RayService rendering: each profile validates against the real KubeRay CRD; broken ones are refused by path."""
+"""RayService rendering: every profile validates against the real KubeRay CRD; broken ones fail by path."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def test_gpu_profile_requests_gpus_on_g5_g6_with_toleration() -> None:
 
 def test_graviton_profile_lands_on_the_karpenter_arm64_pool_without_accelerators() -> None:
     cluster = render("graviton")["spec"]["rayClusterConfig"]
-    for pod in [cluster["headGroupSpec"]["template"]["spec"], cluster["workerGroupSpecs"][0]["template"]["spec"]]:
+    head, worker = cluster["headGroupSpec"], cluster["workerGroupSpecs"][0]
+    for pod in (head["template"]["spec"], worker["template"]["spec"]):
         assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64", "model-inferencing": "cpu-arm"}
         limits = pod["containers"][0]["resources"]["limits"]
         assert GPU_RESOURCE not in limits and NEURON_RESOURCE not in limits
@@ -93,7 +94,9 @@ def test_hf_home_mount_and_token_only_as_secret_ref() -> None:
         assert container["volumeMounts"] == [{"name": "models", "mountPath": "/mnt/models", "readOnly": True}]
 
 
-@pytest.mark.parametrize("key", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"])
+@pytest.mark.parametrize(
+    "key", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"]
+)
 def test_secret_looking_env_is_refused(key: str) -> None:
     with pytest.raises(m.SecretInManifestError, match=key):
         render(env={key: "hf_abc"})
@@ -154,7 +157,8 @@ def test_broken_manifest_is_refused_naming_the_path(breakage, path: str) -> None
 
 def test_int_or_string_quantities_accept_both_forms() -> None:
     manifest = render()
-    limits = manifest["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    head = manifest["spec"]["rayClusterConfig"]["headGroupSpec"]
+    limits = head["template"]["spec"]["containers"][0]["resources"]["limits"]
     limits["cpu"] = 2
     limits["memory"] = "8Gi"
     m.validate_rayservice(manifest)
@@ -168,7 +172,8 @@ def test_missing_crd_dir_says_which_variable_to_set(monkeypatch: pytest.MonkeyPa
 
 def test_to_apply_config_drops_status_and_server_fields() -> None:
     stored = render()
-    stored["metadata"].update(uid="u", resourceVersion="7", generation=3, managedFields=[{"manager": "raylift"}])
+    server_fields = {"uid": "u", "resourceVersion": "7", "generation": 3, "managedFields": [{"manager": "x"}]}
+    stored["metadata"].update(server_fields)
     stored["status"] = {"serviceStatus": "Running"}
     again = m.to_apply_config(stored)
     assert again == render()
@@ -176,7 +181,11 @@ def test_to_apply_config_drops_status_and_server_fields() -> None:
 
 @pytest.mark.parametrize(
     ("strategy", "gpus", "cpus"),
-    [("NewCluster", 8.0, 2 * (2 + 4 * 3)), ("NewClusterWithIncrementalUpgrade", 6.0, 2 + 4 * 3 + 2 + 2 * 3), ("None", 4.0, 2 + 4 * 3)],
+    [
+        ("NewCluster", 8.0, 2 * (2 + 4 * 3)),  # head 2 cpu + 4 workers x 3 cpu, twice
+        ("NewClusterWithIncrementalUpgrade", 6.0, 2 + 4 * 3 + 2 + 2 * 3),  # + head + 50% surge
+        ("None", 4.0, 2 + 4 * 3),
+    ],
 )
 def test_capacity_needed_doubles_for_blue_green(strategy: str, gpus: float, cpus: float) -> None:
     need = m.capacity_needed("gpu-vllm", 4, strategy)

@@ -33,7 +33,7 @@ def crds_dir() -> Path:
 
 
 def crd_schema(plural: str = "rayservices", version: str = "v1") -> dict[str, Any]:
-    """``spec.versions[name=version].schema.openAPIV3Schema`` of ``ray.io_<plural>.yaml``, made JSON Schema."""
+    """``spec.versions[name=version].schema.openAPIV3Schema`` of ``ray.io_<plural>.yaml`` as JSON Schema."""
     return _load_schema(str(crds_dir() / f"ray.io_{plural}.yaml"), version)
 
 
@@ -84,14 +84,18 @@ def validate(manifest: dict[str, Any], *, plural: str = "rayservices", version: 
     import jsonschema
 
     validator = jsonschema.Draft7Validator(crd_schema(plural, version))
-    errors = sorted(validator.iter_errors(manifest), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        validator.iter_errors(manifest),
+        key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path]),
+    )
     if not errors:
         return
     first = errors[0]
     path = json_path(first.absolute_path)
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     raise ManifestValidationError(
-        f"{manifest.get('kind', 'manifest')} fails the KubeRay {version} CRD at {path}: {first.message}{more}. "
+        f"{manifest.get('kind', 'manifest')} fails the KubeRay {version} CRD at {path}: "
+        f"{first.message}{more}. "
         "Fix that field in the profile or the render arguments.",
         path,
     )

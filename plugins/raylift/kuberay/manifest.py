@@ -129,7 +129,9 @@ def render_rayservice(
                 "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 300},
                 "headGroupSpec": {
                     "rayStartParams": dict(node_profile.head.ray_start_params),
-                    "template": _pod_template(node_profile.head, image, "ray-head", env_list, mounts, head=True),
+                    "template": _pod_template(
+                        node_profile.head, image, "ray-head", env_list, mounts, head=True
+                    ),
                 },
                 "workerGroupSpecs": worker_groups,
             },
@@ -246,7 +248,10 @@ def _env(
     return items
 
 
-def _model_volume(hf_home: str | None, claim: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+_Volumes = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # (pod volumes, container volumeMounts)
+
+
+def _model_volume(hf_home: str | None, claim: str | None) -> _Volumes:
     if not claim:
         return [], []
     volumes = [{"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]
@@ -259,7 +264,7 @@ def _pod_template(
     image: str,
     container_name: str,
     env: list[dict[str, Any]],
-    volumes_and_mounts: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    volumes_and_mounts: _Volumes,
     *,
     head: bool,
 ) -> dict[str, Any]:
