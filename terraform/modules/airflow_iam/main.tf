@@ -1,0 +1,195 @@
+# Least privilege for the Airflow workers: exactly the calls raylift makes, each on its resource.
+# Target-specific statements (ECS, EKS) appear only when the stack has that target.
+data "aws_region" "current" {}
+
+locals {
+  # Known at plan time (booleans), unlike the ARNs, so they can drive the dynamic statements.
+  has_ecs = var.ecs_enabled
+  has_eks = var.eks_enabled
+  # ECS task ARNs are arn:...:task/<cluster-name>/<task-id>; the cluster ARN ends in cluster/<name>.
+  ecs_task_arn_pattern = local.has_ecs ? "${replace(var.ecs_cluster_arn, ":cluster/", ":task/")}/*" : null
+}
+
+data "aws_iam_policy_document" "airflow" {
+  statement {
+    sid       = "WhoAmI"
+    actions   = ["sts:GetCallerIdentity"] # no resource-level permissions exist for this call
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "BuildImage"
+    actions   = ["codebuild:StartBuild", "codebuild:BatchGetBuilds"]
+    resources = [var.codebuild_project_arn]
+  }
+
+  statement {
+    sid       = "FindImage"
+    actions   = ["ecr:DescribeImages"]
+    resources = [var.ecr_repository_arn]
+  }
+
+  statement {
+    sid       = "ListModelStore"
+    actions   = ["s3:ListBucket"]
+    resources = [var.model_bucket_arn]
+  }
+
+  statement {
+    sid       = "ReadWriteModelStore"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"]
+    resources = ["${var.model_bucket_arn}/*"]
+  }
+
+  statement {
+    sid       = "EncryptModelStoreObjects"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [var.model_bucket_kms_key_arn]
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["s3.${data.aws_region.current.region}.amazonaws.com"]
+    }
+  }
+
+  statement {
+    sid       = "PublishBenchmarkMetrics"
+    actions   = ["cloudwatch:PutMetricData"] # resource-less call, narrowed by namespace below
+    resources = ["*"]
+    condition {
+      test     = "StringEquals"
+      variable = "cloudwatch:namespace"
+      values   = [var.metric_namespace]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "ScaleRayServices"
+      actions   = ["ecs:UpdateService", "ecs:DescribeServices"]
+      resources = var.ecs_service_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "ListRayTasks"
+      actions   = ["ecs:ListTasks"] # authorised on container instances; pinned to the cluster by condition
+      resources = ["*"]
+      condition {
+        test     = "ArnEquals"
+        variable = "ecs:cluster"
+        values   = [var.ecs_cluster_arn]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "DescribeRayTasks"
+      actions   = ["ecs:DescribeTasks"]
+      resources = [local.ecs_task_arn_pattern]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "ReadScalingBounds"
+      actions   = ["application-autoscaling:DescribeScalableTargets"] # list call: no resource-level permissions
+      resources = ["*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "SetWorkerScalingBounds"
+      # Scalable targets are named by random ids, so none can be listed up front; the condition keys
+      # narrow the call to the desired count of ECS services.
+      actions   = ["application-autoscaling:RegisterScalableTarget"]
+      resources = ["*"]
+      condition {
+        test     = "StringEquals"
+        variable = "application-autoscaling:service-namespace"
+        values   = ["ecs"]
+      }
+      condition {
+        test     = "StringEquals"
+        variable = "application-autoscaling:scalable-dimension"
+        values   = ["ecs:service:DesiredCount"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "DiscoverRayHead"
+      actions   = ["servicediscovery:DiscoverInstances"] # resource-less call, narrowed by namespace
+      resources = ["*"]
+      condition {
+        test     = "StringEquals"
+        variable = "servicediscovery:NamespaceName"
+        values   = [var.cloudmap_namespace_name]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_eks ? [1] : []
+    content {
+      sid       = "DescribeCluster"
+      actions   = ["eks:DescribeCluster"]
+      resources = [var.eks_cluster_arn]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_eks ? [1] : []
+    content {
+      sid       = "ResizeNodegroups"
+      actions   = ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"]
+      resources = var.eks_nodegroup_arns
+    }
+  }
+}
+
+resource "aws_iam_policy" "airflow" {
+  name        = var.name
+  description = "What the raylift Airflow tasks call, and nothing else"
+  policy      = data.aws_iam_policy_document.airflow.json
+  tags        = var.tags
+}
+
+data "aws_iam_policy_document" "assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = var.role_trusted_services
+    }
+  }
+}
+
+resource "aws_iam_role" "airflow" {
+  count              = var.create_role ? 1 : 0
+  name               = var.name
+  assume_role_policy = data.aws_iam_policy_document.assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "created" {
+  count      = var.create_role ? 1 : 0
+  role       = aws_iam_role.airflow[0].name
+  policy_arn = aws_iam_policy.airflow.arn
+}
+
+resource "aws_iam_role_policy_attachment" "existing" {
+  for_each   = toset(var.attach_to_role_names)
+  role       = each.value
+  policy_arn = aws_iam_policy.airflow.arn
+}

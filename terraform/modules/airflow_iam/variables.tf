@@ -1,0 +1,96 @@
+variable "name" {
+  description = "Name of the IAM policy (and role, when create_role is true)."
+  type        = string
+}
+
+variable "model_bucket_arn" {
+  description = "Model bucket: raylift stages models, serve-app packages, build contexts and run records there."
+  type        = string
+}
+
+variable "model_bucket_kms_key_arn" {
+  description = "Key of the model bucket; S3 Get/Put of SSE-KMS objects needs kms:Decrypt / GenerateDataKey."
+  type        = string
+}
+
+variable "codebuild_project_arn" {
+  description = "CodeBuild project raylift starts and polls."
+  type        = string
+}
+
+variable "ecr_repository_arn" {
+  description = "ECR repository raylift checks for an existing image tag."
+  type        = string
+}
+
+variable "ecs_enabled" {
+  description = "Grant the ECS target's calls (set with ecs_cluster_arn, ecs_service_arns, cloudmap_namespace_name)."
+  type        = bool
+  default     = false
+}
+
+variable "eks_enabled" {
+  description = "Grant the EKS target's calls (set with eks_cluster_arn, eks_nodegroup_arns)."
+  type        = bool
+  default     = false
+}
+
+variable "ecs_cluster_arn" {
+  description = "ECS cluster of the Ray services (null when the stack has no ECS target)."
+  type        = string
+  default     = null
+}
+
+variable "ecs_service_arns" {
+  description = "ECS services raylift scales and describes (Ray head and workers)."
+  type        = list(string)
+  default     = []
+}
+
+variable "cloudmap_namespace_name" {
+  description = "Cloud Map namespace in which raylift discovers the Ray head (null without ECS)."
+  type        = string
+  default     = null
+}
+
+variable "eks_cluster_arn" {
+  description = "EKS cluster raylift describes (null when the stack has no EKS target)."
+  type        = string
+  default     = null
+}
+
+variable "eks_nodegroup_arns" {
+  description = "Managed node groups raylift resizes (UpdateNodegroupConfig)."
+  type        = list(string)
+  default     = []
+}
+
+variable "metric_namespace" {
+  description = "The only CloudWatch namespace raylift may publish benchmark metrics to."
+  type        = string
+  default     = "raylift"
+}
+
+variable "create_role" {
+  description = "Create a role for the Airflow workers (else attach the policy to attach_to_role_names only)."
+  type        = bool
+  default     = true
+}
+
+variable "role_trusted_services" {
+  description = "Service principals allowed to assume the created role (where Airflow workers run)."
+  type        = list(string)
+  default     = ["ecs-tasks.amazonaws.com"]
+}
+
+variable "attach_to_role_names" {
+  description = "Existing roles (e.g. an MWAA or EC2 worker role) that get the policy too."
+  type        = list(string)
+  default     = []
+}
+
+variable "tags" {
+  description = "Tags added to every resource of this module."
+  type        = map(string)
+  default     = {}
+}

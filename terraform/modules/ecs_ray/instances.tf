@@ -1,0 +1,80 @@
+# GPU instances for both capacity providers: the ECS GPU-optimised AMI (looked up through its public
+# SSM parameter, so each apply picks up the latest), IMDSv2 only, encrypted root volume.
+data "aws_ssm_parameter" "ecs_gpu_ami" {
+  name = "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+}
+
+locals {
+  node_roles = {
+    head   = { instance_type = var.head_instance_type, min = 0, max = 1 } # managed scaling launches it on demand
+    worker = { instance_type = var.worker_instance_type, min = 0, max = var.max_workers }
+  }
+}
+
+resource "aws_launch_template" "ray" {
+  for_each               = local.node_roles
+  name_prefix            = "${var.name}-${each.key}-"
+  image_id               = data.aws_ssm_parameter.ecs_gpu_ami.value
+  instance_type          = each.value.instance_type
+  vpc_security_group_ids = [aws_security_group.instances.id]
+  ebs_optimized          = true
+  user_data = base64encode(templatefile("${path.module}/user_data.sh.tftpl", {
+    cluster_name = var.name
+    node_role    = each.key
+  }))
+
+  iam_instance_profile {
+    arn = aws_iam_instance_profile.instances.arn
+  }
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1 # tasks use awsvpc ENIs and never need the instance metadata
+  }
+
+  monitoring {
+    enabled = true
+  }
+
+  block_device_mappings {
+    device_name = "/dev/xvda"
+    ebs {
+      volume_size           = var.root_volume_gb
+      volume_type           = "gp3"
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(var.tags, { Name = "${var.name}-${each.key}" })
+  }
+
+  tags = var.tags
+}
+
+resource "aws_autoscaling_group" "ray" {
+  for_each              = local.node_roles
+  name_prefix           = "${var.name}-${each.key}-"
+  vpc_zone_identifier   = var.subnet_ids
+  min_size              = each.value.min
+  max_size              = each.value.max
+  protect_from_scale_in = true # ECS managed termination protection drains tasks first
+
+  launch_template {
+    id      = aws_launch_template.ray[each.key].id
+    version = aws_launch_template.ray[each.key].latest_version
+  }
+
+  tag {
+    key                 = "AmazonECSManaged"
+    value               = "true"
+    propagate_at_launch = true
+  }
+
+  lifecycle {
+    ignore_changes = [desired_capacity] # ECS managed scaling owns it
+  }
+}

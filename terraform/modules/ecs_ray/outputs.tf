@@ -1,0 +1,49 @@
+output "cluster_name" {
+  description = "ECS cluster of the Ray services."
+  value       = aws_ecs_cluster.ray.name
+}
+
+output "cluster_arn" {
+  description = "ECS cluster ARN."
+  value       = aws_ecs_cluster.ray.arn
+}
+
+output "head_service_name" {
+  description = "ECS service running the Ray head."
+  value       = aws_ecs_service.head.name
+}
+
+output "worker_service_name" {
+  description = "ECS service running the Ray GPU workers (raylift sets its desired count)."
+  value       = aws_ecs_service.worker.name
+}
+
+output "service_arns" {
+  description = "ARNs of the head and worker services."
+  value       = [aws_ecs_service.head.id, aws_ecs_service.worker.id]
+}
+
+output "cloudmap_namespace_name" {
+  description = "Cloud Map private DNS namespace of the head."
+  value       = aws_service_discovery_private_dns_namespace.ray.name
+}
+
+output "cloudmap_service_name" {
+  description = "Cloud Map service the head task registers in."
+  value       = aws_service_discovery_service.head.name
+}
+
+output "head_address" {
+  description = "DNS name of the Ray head inside the VPC."
+  value       = local.head_address
+}
+
+output "gpus_per_node" {
+  description = "GPUs per Ray node (raylift expects nodes x this many GPUs)."
+  value       = var.gpus_per_node
+}
+
+output "log_group_name" {
+  description = "CloudWatch log group of the Ray tasks."
+  value       = aws_cloudwatch_log_group.ray.name
+}

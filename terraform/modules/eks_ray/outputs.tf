@@ -1,0 +1,39 @@
+output "cluster_name" {
+  description = "EKS cluster name."
+  value       = aws_eks_cluster.ray.name
+}
+
+output "cluster_arn" {
+  description = "EKS cluster ARN."
+  value       = aws_eks_cluster.ray.arn
+}
+
+output "cluster_endpoint" {
+  description = "Kubernetes API endpoint (providers and raylift's kubeconfig)."
+  value       = aws_eks_cluster.ray.endpoint
+}
+
+output "cluster_certificate_authority" {
+  description = "Base64 CA certificate of the API server (public, not a secret)."
+  value       = aws_eks_cluster.ray.certificate_authority[0].data
+}
+
+output "nodegroup_names" {
+  description = "Managed node group names by key (gpu, graviton, inferentia)."
+  value       = { for key, group in aws_eks_node_group.ray : key => group.node_group_name }
+}
+
+output "nodegroup_arns" {
+  description = "Managed node group ARNs (the Airflow policy may resize these)."
+  value       = [for group in aws_eks_node_group.ray : group.arn]
+}
+
+output "ray_namespace" {
+  description = "Namespace of the RayService."
+  value       = kubernetes_namespace_v1.ray.metadata[0].name
+}
+
+output "ray_service_account" {
+  description = "Service account of the Ray pods (Pod Identity: model bucket read)."
+  value       = kubernetes_service_account_v1.ray.metadata[0].name
+}

@@ -1,0 +1,158 @@
+variable "name" {
+  description = "EKS cluster name and prefix of its IAM roles."
+  type        = string
+  default     = "raylift"
+}
+
+variable "kubernetes_version" {
+  description = "EKS Kubernetes version."
+  type        = string
+  default     = "1.33"
+}
+
+variable "vpc_id" {
+  description = "VPC of the cluster."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets for the control plane ENIs, managed node groups and Karpenter nodes."
+  type        = list(string)
+}
+
+variable "endpoint_public_access" {
+  description = "Expose the Kubernetes API publicly (restricted to public_access_cidrs); keep false when applying from inside the VPC."
+  type        = bool
+  default     = false
+}
+
+variable "public_access_cidrs" {
+  description = "CIDRs allowed to reach a public API endpoint (e.g. your workstation's /32)."
+  type        = list(string)
+  default     = []
+}
+
+variable "node_groups" {
+  description = "Managed node groups by name: GPU (NVIDIA AMI), Graviton arm64 (system pods, Ray heads) and Inferentia2 (Neuron AMI)."
+  type = map(object({
+    instance_types = list(string)
+    ami_type       = string
+    min_size       = number
+    max_size       = number
+    desired_size   = number
+    capacity_type  = optional(string, "ON_DEMAND")
+    disk_size_gb   = optional(number, 200)
+    labels         = optional(map(string), {})
+    taints = optional(list(object({
+      key    = string
+      value  = string
+      effect = string
+    })), [])
+  }))
+  default = {
+    gpu = {
+      instance_types = ["g5.12xlarge"]
+      ami_type       = "AL2023_x86_64_NVIDIA"
+      min_size       = 0
+      max_size       = 4
+      desired_size   = 0
+      labels         = { "raylift.io/accelerator" = "nvidia" }
+      taints         = [{ key = "nvidia.com/gpu", value = "true", effect = "NO_SCHEDULE" }]
+    }
+    graviton = {
+      instance_types = ["m7g.2xlarge"]
+      ami_type       = "AL2023_ARM_64_STANDARD"
+      min_size       = 2
+      max_size       = 4
+      desired_size   = 2
+      disk_size_gb   = 100
+      labels         = { "raylift.io/pool" = "system" }
+    }
+    inferentia = {
+      instance_types = ["inf2.48xlarge"]
+      ami_type       = "AL2023_x86_64_NEURON"
+      min_size       = 0
+      max_size       = 1
+      desired_size   = 0
+      disk_size_gb   = 1024
+      labels         = { "raylift.io/accelerator" = "neuron" }
+      taints         = [{ key = "aws.amazon.com/neuron", value = "true", effect = "NO_SCHEDULE" }]
+    }
+  }
+}
+
+variable "ray_namespace" {
+  description = "Namespace of the RayService raylift creates."
+  type        = string
+  default     = "raylift"
+}
+
+variable "ray_service_account" {
+  description = "Service account of the Ray pods; EKS Pod Identity gives it read access to the model bucket."
+  type        = string
+  default     = "raylift-ray"
+}
+
+variable "model_bucket_arn" {
+  description = "Model bucket the Ray pods read staged models from."
+  type        = string
+}
+
+variable "model_bucket_kms_key_arn" {
+  description = "Key of the model bucket (pods decrypt model files through S3)."
+  type        = string
+}
+
+variable "grant_airflow_access" {
+  description = "Give airflow_role_arn Kubernetes access to RayServices in ray_namespace (a plan-time switch; the ARN may be unknown)."
+  type        = bool
+  default     = false
+}
+
+variable "airflow_role_arn" {
+  description = "IAM role of the Airflow workers (used when grant_airflow_access is true)."
+  type        = string
+  default     = null
+}
+
+variable "kuberay_operator_version" {
+  description = "Chart version of the KubeRay operator (ray-project/kuberay-helm)."
+  type        = string
+  default     = "1.4.2"
+}
+
+variable "karpenter_version" {
+  description = "Chart version of Karpenter (oci://public.ecr.aws/karpenter)."
+  type        = string
+  default     = "1.6.3"
+}
+
+variable "nvidia_device_plugin_version" {
+  description = "Chart version of the NVIDIA device plugin."
+  type        = string
+  default     = "0.17.1"
+}
+
+variable "neuron_chart_version" {
+  description = "Chart version of the AWS Neuron helm chart (device plugin and scheduler extension for Inf2)."
+  type        = string
+  default     = "1.1.1"
+}
+
+variable "karpenter_gpu_limit" {
+  description = "Most NVIDIA GPUs Karpenter's GPU NodePool may launch in total."
+  type        = number
+  default     = 16
+}
+
+variable "karpenter_graviton_cpu_limit" {
+  description = "Most vCPUs Karpenter's Graviton NodePool may launch in total (10 x c7g.8xlarge in the seed benchmark)."
+  type        = number
+  default     = 320
+}
+
+variable "tags" {
+  description = "Tags added to every AWS resource of this module."
+  type        = map(string)
+  default     = {}
+}
