@@ -12,7 +12,7 @@ import pytest
 from raylift.aws.model_staging import S3Destination, stage_model_to_s3
 from raylift.aws.s3_transfer import MiB, S3Uploader, TransferSettings
 from raylift.errors import CredentialsError, StagingError
-from tests.aws.conftest import Proxy, s3_error
+from tests.aws.standins import Proxy, s3_error
 
 BUCKET = "models"
 SMALL = TransferSettings(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, max_concurrency=4, max_attempts=4)

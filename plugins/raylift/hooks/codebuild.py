@@ -1,0 +1,167 @@
+"""CodeBuild: start an image build with env overrides, and read where a build stands.
+
+CodeBuild has no boto waiters (``client.waiter_names`` is empty), so waiting is a poll over
+``BatchGetBuilds`` whose parsing lives in :func:`build_outcome` (shared by the sync wait and the trigger).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+from raylift.errors import BuildError
+
+
+class BuildStatus:
+    """CodeBuild ``buildStatus`` values."""
+
+    IN_PROGRESS = "IN_PROGRESS"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    FAULT = "FAULT"
+    TIMED_OUT = "TIMED_OUT"
+    STOPPED = "STOPPED"
+
+    FAILURES = frozenset({FAILED, FAULT, TIMED_OUT, STOPPED})
+    TERMINAL = FAILURES | {SUCCEEDED}
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """Where a build stands, and on failure which phase broke, why, and where its logs are."""
+
+    build_id: str
+    status: str
+    current_phase: str
+    failed_phase: str | None = None
+    reason: str | None = None
+    logs_url: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status in BuildStatus.TERMINAL
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == BuildStatus.SUCCEEDED
+
+    def failure_message(self) -> str:
+        phase = self.failed_phase or self.current_phase
+        return (
+            f"CodeBuild build {self.build_id} ended {self.status} in phase {phase}: "
+            f"{self.reason or 'no reason given'}. Logs: {self.logs_url or 'not available'}"
+        )
+
+
+def logs_deep_link(build: dict[str, Any], region: str | None) -> str | None:
+    """The console link to the build's CloudWatch logs (CodeBuild's own, else built from group/stream)."""
+    logs = build.get("logs") or {}
+    if logs.get("deepLink"):
+        return logs["deepLink"]
+    group, stream = logs.get("groupName"), logs.get("streamName")
+    if not (group and stream and region):
+        return None
+
+    def enc(value: str) -> str:  # the console's "$252F"-style double encoding
+        return quote(quote(value, safe=""), safe="").replace("%", "$")
+
+    return (
+        f"https://console.aws.amazon.com/cloudwatch/home?region={region}"
+        f"#logsV2:log-groups/log-group/{enc(group)}/log-events/{enc(stream)}"
+    )
+
+
+def build_outcome(build: dict[str, Any], region: str | None = None) -> BuildOutcome:
+    """Parse one ``BatchGetBuilds`` build into a :class:`BuildOutcome`."""
+    status = build.get("buildStatus", BuildStatus.IN_PROGRESS)
+    failed_phase = reason = None
+    if status in BuildStatus.FAILURES:
+        for phase in build.get("phases") or []:
+            if phase.get("phaseStatus") in BuildStatus.FAILURES:
+                failed_phase = phase.get("phaseType")
+                contexts = [
+                    f"{c.get('statusCode', '')}: {c.get('message', '')}".strip(": ")
+                    for c in phase.get("contexts") or []
+                    if c.get("message") or c.get("statusCode")
+                ]
+                reason = "; ".join(contexts) or None
+                break
+    return BuildOutcome(
+        build_id=build.get("id", "?"),
+        status=status,
+        current_phase=build.get("currentPhase", "?"),
+        failed_phase=failed_phase,
+        reason=reason,
+        logs_url=logs_deep_link(build, region) if status != BuildStatus.IN_PROGRESS else None,
+    )
+
+
+class CodeBuildHook(AwsBaseHook):
+    """Thin CodeBuild client wrapper (``AwsBaseHook(client_type="codebuild")``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["client_type"] = "codebuild"
+        super().__init__(*args, **kwargs)
+
+    def start_image_build(
+        self,
+        project: str,
+        *,
+        image_repo_uri: str,
+        image_tag: str,
+        dockerfile: str,
+        build_context: str = ".",
+        source_version: str | None = None,
+    ) -> str:
+        """StartBuild with the image coordinates as env overrides; returns the build id."""
+        env = {
+            "IMAGE_REPO_URI": image_repo_uri,
+            "IMAGE_TAG": image_tag,
+            "DOCKERFILE": dockerfile,
+            "BUILD_CONTEXT": build_context,
+        }
+        kwargs: dict[str, Any] = {
+            "projectName": project,
+            "environmentVariablesOverride": [
+                {"name": k, "value": v, "type": "PLAINTEXT"} for k, v in env.items()
+            ],
+        }
+        if source_version:
+            kwargs["sourceVersion"] = source_version
+        from botocore.exceptions import ClientError
+
+        try:
+            build = self.conn.start_build(**kwargs)["build"]
+        except ClientError as exc:
+            raise BuildError(
+                f"CodeBuild refused to start project {project!r}: {exc.response['Error'].get('Message', exc)}. "
+                "Check the project name (terraform output) and the caller's codebuild:StartBuild permission."
+            ) from None
+        self.log.info("Started CodeBuild build %s for %s:%s", build["id"], image_repo_uri, image_tag)
+        return build["id"]
+
+    def get_build(self, build_id: str) -> dict[str, Any]:
+        reply = self.conn.batch_get_builds(ids=[build_id])
+        if not reply.get("builds"):
+            raise BuildError(f"CodeBuild has no build {build_id!r} (not found: {reply.get('buildsNotFound')}).")
+        return reply["builds"][0]
+
+    def outcome(self, build_id: str) -> BuildOutcome:
+        return build_outcome(self.get_build(build_id), self.conn_region_name)
+
+    def wait_for_build(self, build_id: str, *, poll_interval_s: float = 15.0, timeout_s: float = 3600.0) -> BuildOutcome:
+        """Poll in-process until the build ends; BuildError with phase, reason and logs link on failure."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            outcome = self.outcome(build_id)
+            if outcome.succeeded:
+                return outcome
+            if outcome.done:
+                raise BuildError(outcome.failure_message())
+            if time.monotonic() > deadline:
+                raise BuildError(f"CodeBuild build {build_id} still {outcome.current_phase} after {timeout_s:.0f}s.")
+            time.sleep(poll_interval_s)

@@ -1,0 +1,67 @@
+"""EKS managed node groups: resize them and say how many GPUs they can hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+from airflow.providers.amazon.aws.hooks.eks import EksHook
+
+from raylift.errors import ClusterError
+
+
+@dataclass(frozen=True)
+class NodegroupScaling:
+    name: str
+    min_size: int
+    max_size: int
+    desired_size: int
+    instance_types: tuple[str, ...]
+    status: str
+
+
+class EksNodegroupHook(EksHook):
+    """The provider's ``EksHook`` plus node group scaling and GPU counting."""
+
+    def scaling(self, cluster: str, nodegroup: str) -> NodegroupScaling:
+        from botocore.exceptions import ClientError
+
+        try:
+            ng = self.conn.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ResourceNotFoundException":
+                raise ClusterError(
+                    f"EKS cluster {cluster!r} has no node group {nodegroup!r}: check the target options."
+                ) from None
+            raise
+        cfg = ng.get("scalingConfig") or {}
+        return NodegroupScaling(
+            name=nodegroup,
+            min_size=int(cfg.get("minSize", 0)),
+            max_size=int(cfg.get("maxSize", 0)),
+            desired_size=int(cfg.get("desiredSize", 0)),
+            instance_types=tuple(ng.get("instanceTypes") or ()),
+            status=ng.get("status", ""),
+        )
+
+    def scale_nodegroup(self, cluster: str, nodegroup: str, desired: int, *, max_size: int | None = None) -> NodegroupScaling:
+        """Set desiredSize, widening min/max only as far as needed (EKS requires min <= desired <= max)."""
+        now = self.scaling(cluster, nodegroup)
+        high = max(max_size if max_size is not None else now.max_size, desired, 1)  # EKS: maxSize >= 1
+        low = min(now.min_size, desired)
+        self.conn.update_nodegroup_config(
+            clusterName=cluster,
+            nodegroupName=nodegroup,
+            scalingConfig={"minSize": low, "maxSize": high, "desiredSize": desired},
+        )
+        self.log.info("EKS node group %s/%s: desired %d (min %d, max %d)", cluster, nodegroup, desired, low, high)
+        return NodegroupScaling(nodegroup, low, high, desired, now.instance_types, now.status)
+
+    def gpus_per_node(self, instance_type: str) -> int:
+        """GPUs (or Neuron devices) on one ``instance_type``, from EC2 DescribeInstanceTypes."""
+        ec2 = AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name, client_type="ec2").conn
+        info: dict[str, Any] = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"][0]
+        gpus = sum(int(g.get("Count", 0)) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
+        neuron = sum(int(d.get("Count", 0)) for d in (info.get("NeuronInfo") or {}).get("NeuronDevices", []))
+        return gpus or neuron

@@ -1,0 +1,62 @@
+"""Create the AWS resources terraform would (in the moto server), for hook, trigger and target tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+
+ROLE = "arn:aws:iam::123456789012:role/raylift"
+REGION = "us-west-2"
+
+
+def codebuild_project(name: str = "raylift-image") -> None:
+    boto3.client("codebuild").create_project(
+        name=name,
+        source={"type": "S3", "location": "raylift-sources/raylift.zip", "buildspec": "images/buildspec.yml"},
+        artifacts={"type": "NO_ARTIFACTS"},
+        environment={"type": "LINUX_CONTAINER", "image": "aws/codebuild/standard:7.0", "computeType": "BUILD_GENERAL1_LARGE"},
+        serviceRole=ROLE,
+    )
+
+
+def ecr_repository(name: str = "ray-vllm", tags: tuple[str, ...] = ()) -> str:
+    ecr = boto3.client("ecr")
+    uri = ecr.create_repository(repositoryName=name)["repository"]["repositoryUri"]
+    for tag in tags:
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 7, "digest": "sha256:" + "a" * 64},
+            "layers": [],
+        }
+        ecr.put_image(repositoryName=name, imageManifest=json.dumps(manifest), imageTag=tag)
+    return uri
+
+
+def ecs_cluster(cluster: str = "ray", services: dict[str, int] | None = None) -> None:
+    ecs = boto3.client("ecs")
+    ecs.create_cluster(clusterName=cluster)
+    ecs.register_task_definition(
+        family="ray", containerDefinitions=[{"name": "ray", "image": "ray:2.60.0", "memory": 512}]
+    )
+    for name, desired in (services or {"ray-head": 0, "ray-worker": 0}).items():
+        ecs.create_service(cluster=cluster, serviceName=name, taskDefinition="ray", desiredCount=desired)
+
+
+def eks_nodegroups(cluster: str = "ray", groups: dict[str, dict[str, Any]] | None = None) -> None:
+    eks = boto3.client("eks")
+    ec2 = boto3.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    eks.create_cluster(name=cluster, roleArn=ROLE, resourcesVpcConfig={"subnetIds": [subnet]})
+    for name, spec in (groups or {"gpu-workers": {"instanceTypes": ["g5.12xlarge"], "min": 0, "max": 4, "desired": 0}}).items():
+        eks.create_nodegroup(
+            clusterName=cluster,
+            nodegroupName=name,
+            nodeRole=ROLE,
+            subnets=[subnet],
+            instanceTypes=spec["instanceTypes"],
+            scalingConfig={"minSize": spec["min"], "maxSize": spec["max"], "desiredSize": spec["desired"]},
+        )

@@ -1,0 +1,34 @@
+"""EKS node group scaling against moto."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from raylift.errors import ClusterError
+from raylift.hooks.eks_nodegroup import EksNodegroupHook
+from tests.aws.moto_resources import eks_nodegroups
+
+
+def test_scale_nodegroup_widens_bounds_only_as_needed(aws: str) -> None:
+    eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.12xlarge"], "min": 1, "max": 2, "desired": 1}})
+    hook = EksNodegroupHook(aws_conn_id="aws_default")
+    hook.scale_nodegroup("ray", "gpu", 3)
+    cfg = boto3.client("eks").describe_nodegroup(clusterName="ray", nodegroupName="gpu")["nodegroup"]["scalingConfig"]
+    assert cfg == {"minSize": 1, "maxSize": 3, "desiredSize": 3}
+    hook.scale_nodegroup("ray", "gpu", 0)
+    now = hook.scaling("ray", "gpu")
+    assert (now.min_size, now.max_size, now.desired_size) == (0, 3, 0)
+    assert now.instance_types == ("g5.12xlarge",)
+
+
+def test_missing_nodegroup_is_a_cluster_error(aws: str) -> None:
+    eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.12xlarge"], "min": 0, "max": 1, "desired": 0}})
+    with pytest.raises(ClusterError, match="has no node group 'cpu'"):
+        EksNodegroupHook(aws_conn_id="aws_default").scale_nodegroup("ray", "cpu", 1)
+
+
+def test_gpus_per_node_from_ec2_instance_types(aws: str) -> None:
+    hook = EksNodegroupHook(aws_conn_id="aws_default")
+    assert hook.gpus_per_node("g5.12xlarge") == 4
+    assert hook.gpus_per_node("m5.large") == 0

@@ -1,0 +1,48 @@
+"""EcsServicesRunningTrigger against moto: waits for running counts, times out naming what lags."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import boto3
+
+from raylift.triggers.ecs import EcsServicesRunningTrigger
+from tests.aws.moto_resources import ecs_cluster
+
+
+def first_event(trigger: EcsServicesRunningTrigger) -> dict:
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    return asyncio.run(asyncio.wait_for(first(), timeout=30))
+
+
+def test_serialize_round_trip() -> None:
+    trigger = EcsServicesRunningTrigger("ray", {"ray-head": 1, "ray-worker": 2}, timeout_s=60)
+    path, kwargs = trigger.serialize()
+    assert path == "raylift.triggers.ecs.EcsServicesRunningTrigger"
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+def test_times_out_then_succeeds_once_tasks_run(aws: str) -> None:
+    ecs_cluster("ray", {"ray-head": 1, "ray-worker": 2})  # moto starts services with 0 running
+    want = {"ray-head": 1, "ray-worker": 2}
+    event = first_event(EcsServicesRunningTrigger("ray", want, poll_interval_s=0.05, timeout_s=0.2))
+    assert event["status"] == "timeout"
+    assert "ray-head 0/1 running" in event["message"] and "ray-worker 0/2 running" in event["message"]
+
+    ecs = boto3.client("ecs")
+    for name, count in want.items():
+        ecs.update_service(cluster="ray", service=name, desiredCount=count)  # moto: running follows desired
+    event = first_event(EcsServicesRunningTrigger("ray", want, poll_interval_s=0.05, timeout_s=5))
+    assert event["status"] == "success"
+    assert event["services"]["ray-worker"] == {"running": 2, "desired": 2, "pending": 0}
+
+
+def test_missing_service_is_an_error_event(aws: str) -> None:
+    ecs_cluster("ray", {"ray-head": 0})
+    event = first_event(EcsServicesRunningTrigger("ray", {"ray-gone": 1}, poll_interval_s=0.05, timeout_s=1))
+    assert event["status"] == "error" and "ray-gone" in event["message"]
