@@ -1,0 +1,150 @@
+"""tools/tf_outputs_to_airflow.py on sample `terraform output -json` documents of both example roots.
+
+The samples carry exactly the outputs the example roots declare, so renaming an output without the
+tool (or the other way round) fails here; every printed command is parsed by Airflow's own CLI parser.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.infra.terraform_model import TerraformModule
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools/tf_outputs_to_airflow.py"
+
+SAMPLE_VALUES = {
+    "ecs": {
+        "raylift_target": "ecs",
+        "region": "us-west-2",
+        "model_bucket": "raylift-ecs-models-123456789012",
+        "model_store_uri": "s3://raylift-ecs-models-123456789012/models",
+        "ecr_repository_url": "123456789012.dkr.ecr.us-west-2.amazonaws.com/raylift-ecs-ray-vllm",
+        "image_tag": "latest",
+        "codebuild_project": "raylift-ecs-ray-vllm",
+        "ecs_cluster": "raylift-ecs",
+        "ecs_head_service": "raylift-ecs-head",
+        "ecs_worker_service": "raylift-ecs-worker",
+        "cloudmap_namespace": "raylift.local",
+        "cloudmap_service": "head",
+        "gpus_per_node": 4,
+        "airflow_role_arn": "arn:aws:iam::123456789012:role/raylift-ecs-airflow",
+        "dashboard_name": "raylift-ecs",
+    },
+    "eks": {
+        "raylift_target": "eks",
+        "region": "us-east-2",
+        "model_bucket": "raylift-eks-models-123456789012",
+        "model_store_uri": "s3://raylift-eks-models-123456789012/models",
+        "ecr_repository_url": "123456789012.dkr.ecr.us-east-2.amazonaws.com/raylift-eks-ray-vllm",
+        "codebuild_project": "raylift-eks-ray-vllm",
+        "eks_cluster": "raylift-eks",
+        "eks_nodegroups": {"gpu": "gpu", "graviton": "graviton", "inferentia": "inferentia"},
+        "eks_namespace": "raylift",
+        "eks_service_account": "raylift-ray",
+        "airflow_role_arn": None,
+        "dashboard_name": "raylift-eks",
+    },
+}
+
+
+def terraform_json(values: dict) -> dict:
+    """What `terraform output -json` prints for these values."""
+    return {name: {"sensitive": False, "type": "string", "value": value} for name, value in values.items()}
+
+
+def run_tool(document: dict | str, *args: str, tmp_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    text = document if isinstance(document, str) else json.dumps(document)
+    return subprocess.run([sys.executable, str(TOOL), *args], input=text, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("target", ["ecs", "eks"])
+def test_samples_match_the_example_outputs(target: str) -> None:
+    declared = TerraformModule.load(ROOT / "terraform/examples" / target).outputs
+    assert declared == set(SAMPLE_VALUES[target])
+
+
+@pytest.mark.parametrize("target", ["ecs", "eks"])
+def test_prints_connection_variables_and_target_options(target: str) -> None:
+    values = SAMPLE_VALUES[target]
+    run = run_tool(terraform_json(values))
+    assert run.returncode == 0, run.stderr
+    lines = [shlex.split(line) for line in run.stdout.splitlines() if not line.startswith("#")]
+
+    conn = next(line for line in lines if line[:3] == ["airflow", "connections", "add"])
+    assert conn[3] == "aws_default"
+    assert json.loads(conn[conn.index("--conn-extra") + 1]) == {"region_name": values["region"]}
+    assert "--conn-login" not in conn and "--conn-password" not in conn
+
+    variables = {}
+    for line in lines:
+        if line[:3] == ["airflow", "variables", "set"]:
+            is_json = "--json" in line
+            key, value = [arg for arg in line[3:] if arg != "--json"]
+            variables[key] = json.loads(value) if is_json else value
+    expected = {
+        (n if n.startswith("raylift_") else f"raylift_{n}"): (v if isinstance(v, (dict, list)) else str(v))
+        for n, v in values.items()
+        if v is not None
+    }
+    options = variables.pop("raylift_target_options")
+    assert variables == expected
+    assert options["region"] == values["region"] and options["aws_conn_id"] == "aws_default"
+    assert options["cluster"] == values[f"{target}_cluster"]
+    assert options["model_store_uri"] == values["model_store_uri"]
+
+
+def test_every_command_is_accepted_by_airflows_cli_parser() -> None:
+    from airflow.cli.cli_parser import get_parser
+
+    parser = get_parser()
+    for target, values in SAMPLE_VALUES.items():
+        run = run_tool(terraform_json(values), "--replace", "--aws-conn-id", f"aws_{target}")
+        assert run.returncode == 0, run.stderr
+        for line in run.stdout.splitlines():
+            if line.startswith("#"):
+                continue
+            argv = shlex.split(line.removesuffix(" || true"))
+            assert argv[0] == "airflow"
+            parsed = parser.parse_args(argv[1:])
+            assert callable(parsed.func), line
+
+
+def test_sensitive_and_credential_like_outputs_are_never_printed() -> None:
+    document = terraform_json(SAMPLE_VALUES["ecs"])
+    document["grafana_admin"] = {"sensitive": True, "type": "string", "value": "s3cr3t-value-1"}
+    document["ci_token"] = {"sensitive": False, "type": "string", "value": "s3cr3t-value-2"}
+    run = run_tool(document)
+    assert run.returncode == 0, run.stderr
+    assert "s3cr3t" not in run.stdout
+    assert "withheld: ci_token, grafana_admin" in run.stdout
+
+
+def test_reads_a_file_argument(tmp_path: Path) -> None:
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(terraform_json(SAMPLE_VALUES["eks"])))
+    run = subprocess.run([sys.executable, str(TOOL), str(path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "airflow variables set raylift_eks_cluster raylift-eks" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("raylift_target = ecs", "not JSON"),
+        (json.dumps({"region": "us-west-2"}), "expected {name: {value"),
+        (json.dumps(terraform_json({"region": "us-west-2"})), "output raylift_target is None"),
+        (json.dumps(terraform_json({"raylift_target": "ecs"})), "output 'region' is missing"),
+    ],
+)
+def test_refuses_what_is_not_a_raylift_stack(document: str, message: str) -> None:
+    run = run_tool(document)
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert run.stdout == ""
