@@ -12,6 +12,7 @@ import hcl2
 import pytest
 
 from tests.infra.terraform_model import TerraformModule, module_dirs, unquote
+from tests.infra.tools_venv import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM = ROOT / "terraform"
@@ -197,20 +198,9 @@ def test_every_checkov_skip_has_a_reason() -> None:
     assert bare == []
 
 
-def _tools_checkov() -> Path:
-    """Build (or reuse) the tools venv: checkov's pins clash with Airflow's, so it lives there."""
-    setup = subprocess.run(
-        ["bash", str(ROOT / "tools/setup.sh"), "tools"], cwd=ROOT, capture_output=True, text=True, timeout=900
-    )
-    checkov = ROOT / ".cache/venvs/tools/bin/checkov"
-    if setup.returncode != 0 or not checkov.exists():
-        pytest.skip(f"tools venv could not be built (tools/setup.sh tools rc={setup.returncode}): {setup.stderr[-500:]}")
-    return checkov
-
-
 @pytest.mark.timeout(900)
 def test_checkov_passes() -> None:
-    checkov = _tools_checkov()
+    checkov = tool("bin/checkov")
     run = subprocess.run(
         [str(checkov), "-d", str(TERRAFORM), "--framework", "terraform", "-o", "json", "--quiet", "--compact",
          "--download-external-modules", "false", "--skip-download"],
