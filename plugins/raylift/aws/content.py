@@ -1,12 +1,12 @@
-"""Content-addressed build inputs: one sha256 over the files that make an image or a serve package.
+"""Content-addressed image inputs: one sha256 over the files that make the Ray + vLLM image.
 
-The digest names the ECR image tag and the S3 zip, so an unchanged input set is never built twice.
+The digest names the ECR image tag, so an unchanged input set is never built twice (the serve-app
+zip has its own digest, from ``raylift.artifact``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,7 +17,6 @@ RUNTIME_LOCK = "requirements/runtime.lock"
 IMAGE_TAG_LENGTH = 20
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same inputs give the same zip bytes
 
 
 def _wanted(path: Path, root: Path) -> bool:
@@ -61,24 +60,3 @@ def image_content_digest(root: Path, image_name: str) -> str:
 def image_tag(digest: str) -> str:
     """The ECR tag for a content digest (a prefix is plenty to be unique in one repository)."""
     return digest[:IMAGE_TAG_LENGTH]
-
-
-def zip_serve_apps(root: Path, dest: Path) -> tuple[str, Path]:
-    """Write ``serve_apps-<digest>.zip`` (deterministic bytes) into ``dest``; returns (digest, path).
-
-    The zip holds the *contents* of ``serve_apps/`` at its top level, as Ray's ``working_dir`` expects.
-    """
-    files = collect_files(root, [SERVE_APPS_DIR_NAME])
-    digest = content_digest(root, files)
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"serve_apps-{image_tag(digest)}.zip"
-    if not path.exists():
-        tmp = path.with_suffix(".zip.tmp")
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for rel in files:
-                info = zipfile.ZipInfo(Path(rel).relative_to(SERVE_APPS_DIR_NAME).as_posix(), _ZIP_EPOCH)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                zf.writestr(info, (root / rel).read_bytes())
-        tmp.replace(path)
-    return digest, path

@@ -1,0 +1,166 @@
+"""What the ``ecs`` and ``eks`` targets share: image builds (CodeBuild -> ECR), the serve-app zip in S3,
+model staging to S3, and where state lives. Options are plain JSON values (the DAG's ``target_options``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raylift.artifact import PackageInputs, build_package
+from raylift.aws.content import RUNTIME_LOCK, image_content_digest, image_tag
+from raylift.aws.model_staging import S3Destination, stage_model_to_s3
+from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
+from raylift.errors import RayliftValueError
+from raylift.targets.base import Artifact, StagedModel, Target
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AwsOptions:
+    """Options every AWS target takes (validated on construction)."""
+
+    bucket: str
+    aws_conn_id: str | None = "aws_default"
+    region_name: str | None = None
+    model_prefix: str = "models"
+    state_prefix: str = "raylift"
+    artifacts_prefix: str = "artifacts"
+    storage_class: str | None = None
+    hf_conn_id: str | None = None
+    ecr_repository: str = "ray-vllm"
+    image_name: str = "ray-vllm"  # images/<image_name>/Dockerfile
+    codebuild_project: str = "raylift-image"
+    build_poll_interval_s: float = 15.0
+    build_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.bucket or "/" in self.bucket or self.bucket.startswith("s3:"):
+            raise RayliftValueError(f"target option 'bucket' must be a bucket name, got {self.bucket!r}.")
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """The artifact, and the CodeBuild build still producing its image (None when reused)."""
+
+    artifact: Artifact
+    build_id: str | None
+
+
+class AwsTarget(Target):
+    """Base for ``ecs`` and ``eks``: everything but the cluster itself."""
+
+    def __init__(self, aws: AwsOptions, root: Path | None = None) -> None:
+        self.aws = aws
+        self.root = root or repo_root()
+
+    # -- stores ----------------------------------------------------------------------------------
+    def model_store_uri(self) -> str:
+        return f"s3://{self.aws.bucket}/{self.aws.model_prefix.strip('/')}"
+
+    def state_uri(self) -> str:
+        return f"s3://{self.aws.bucket}/{self.aws.state_prefix.strip('/')}"
+
+    def state_store(self) -> Any:
+        from raylift.store import open_store
+
+        return open_store(self.state_uri(), aws_conn_id=self.aws.aws_conn_id)
+
+    # -- model -----------------------------------------------------------------------------------
+    def stage_model(self, *, source: str, model_id: str, revision: str | None = None) -> StagedModel:
+        return stage_model_to_s3(
+            source=source,
+            model_id=model_id,
+            revision=revision,
+            destination=S3Destination(
+                self.aws.bucket,
+                self.aws.model_prefix,
+                aws_conn_id=self.aws.aws_conn_id,
+                region_name=self.aws.region_name,
+                storage_class=self.aws.storage_class,
+            ),
+            cache_dir=local_settings().home / "cache",
+            hf_conn_id=self.aws.hf_conn_id,
+        )
+
+    # -- artifact --------------------------------------------------------------------------------
+    def image_uri(self) -> str:
+        """``<repo uri>:<content tag>`` for the current checkout (what build_artifact builds or reuses)."""
+        from raylift.hooks.ecr import EcrImageHook
+
+        repo = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        return f"{repo.repository_uri(self.aws.ecr_repository)}:{image_tag(image_content_digest(self.root, self.aws.image_name))}"
+
+    def upload_working_dir(self, *, force: bool = False) -> str:
+        """Zip ``serve_apps/`` (content-addressed) and put it in S3 once; returns its ``s3://`` URI."""
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        inputs = PackageInputs(self.root / SERVE_APPS_DIR_NAME, (self.root / RUNTIME_LOCK,))
+        path, _digest, _ = build_package(inputs, local_settings().home / "cache" / "aws-artifacts", force=force)
+        key = f"{self.aws.artifacts_prefix.strip('/')}/{path.name}"
+        s3 = S3Hook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        if force or not s3.check_for_key(key, bucket_name=self.aws.bucket):
+            s3.load_file(str(path), key=key, bucket_name=self.aws.bucket, replace=True)
+            log.info("Uploaded serve-app package to s3://%s/%s", self.aws.bucket, key)
+        return f"s3://{self.aws.bucket}/{key}"
+
+    def start_artifact_build(self, *, force: bool = False) -> ImageBuild:
+        """Upload the serve-app zip; reuse the image if ECR has its content tag, else start CodeBuild."""
+        from raylift.hooks.codebuild import CodeBuildHook
+        from raylift.hooks.ecr import EcrImageHook
+
+        digest = image_content_digest(self.root, self.aws.image_name)
+        tag = image_tag(digest)
+        working_dir = self.upload_working_dir(force=force)
+        ecr = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        repo_uri = ecr.repository_uri(self.aws.ecr_repository)
+        image = f"{repo_uri}:{tag}"
+        if not force and ecr.image_tag_exists(self.aws.ecr_repository, tag):
+            log.info("Image %s already in ECR: build skipped", image)
+            return ImageBuild(Artifact(digest=digest, working_dir=working_dir, image=image, reused=True), None)
+        build_id = CodeBuildHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name).start_image_build(
+            self.aws.codebuild_project,
+            image_repo_uri=repo_uri,
+            image_tag=tag,
+            dockerfile=f"images/{self.aws.image_name}/Dockerfile",
+            build_context=".",
+        )
+        return ImageBuild(Artifact(digest=digest, working_dir=working_dir, image=image, reused=False), build_id)
+
+    def build_trigger(self, build: ImageBuild) -> Any:
+        """For a deferrable build step: a trigger that fires when the CodeBuild build ends."""
+        from raylift.triggers.codebuild import CodeBuildBuildTrigger
+
+        if build.build_id is None:
+            raise RayliftValueError("Nothing to wait for: the image was reused.")
+        return CodeBuildBuildTrigger(
+            build.build_id,
+            build.artifact.image or "",
+            aws_conn_id=self.aws.aws_conn_id,
+            region_name=self.aws.region_name,
+            poll_interval_s=self.aws.build_poll_interval_s,
+            timeout_s=self.aws.build_timeout_s,
+        )
+
+    def build_artifact(self, *, force: bool = False) -> Artifact:
+        """Build (or reuse) the image and wait in-process; deferrable callers use start_artifact_build + build_trigger."""
+        from raylift.hooks.codebuild import CodeBuildHook
+
+        build = self.start_artifact_build(force=force)
+        if build.build_id is not None:
+            CodeBuildHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name).wait_for_build(
+                build.build_id, poll_interval_s=self.aws.build_poll_interval_s, timeout_s=self.aws.build_timeout_s
+            )
+        return build.artifact
+
+
+def split_options(options: dict[str, Any]) -> tuple[AwsOptions, dict[str, Any]]:
+    """Separate the shared AWS options from a target's own ones."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(AwsOptions)}
+    return AwsOptions(**{k: v for k, v in options.items() if k in names}), {
+        k: v for k, v in options.items() if k not in names
+    }

@@ -1,0 +1,205 @@
+"""EcsTarget against moto (ECS, ECR, CodeBuild, Cloud Map, S3) and a Ray dashboard stand-in on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from raylift.aws.content import image_content_digest, image_tag
+from raylift.errors import ClusterNotReadyError, RayliftValueError
+from raylift.targets import get_target
+from raylift.targets.ecs import EcsTarget
+from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster
+
+BUCKET = "raylift-models"
+
+
+def node(gpus: float, alive: bool = True) -> dict[str, Any]:
+    return {"state": "ALIVE" if alive else "DEAD", "resources_total": {"CPU": 10.0, "GPU": gpus, "memory": 1e9}}
+
+
+class Dashboard:
+    """The two Ray dashboard endpoints the target reads, with what a real head returns."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+        self.applications: dict[str, Any] = {"applications": {}}
+        self.puts: list[dict[str, Any]] = []
+
+
+@pytest.fixture()
+def dashboard() -> Iterator[tuple[Dashboard, int]]:
+    state = Dashboard()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _json(self, payload: Any) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/api/v0/nodes"):
+                self._json({"data": {"result": {"result": state.nodes}}})
+            elif self.path.startswith("/api/serve/applications/"):
+                self._json(state.applications)
+            else:
+                self.send_error(404)
+
+        def do_PUT(self) -> None:
+            state.puts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self._json({})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield state, server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture()
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A minimal checkout: the image's Dockerfile, the runtime lock and a serve app."""
+    root = tmp_path / "repo"
+    (root / "images/ray-vllm").mkdir(parents=True)
+    (root / "images/ray-vllm/Dockerfile").write_text("FROM rayproject/ray:2.60.0-py311-gpu\n")
+    (root / "requirements").mkdir()
+    (root / "requirements/runtime.lock").write_text("vllm==0.11.0\n")
+    (root / "serve_apps/llm").mkdir(parents=True)
+    (root / "serve_apps/llm/__init__.py").write_text("def build_app(args):\n    ...\n")
+    monkeypatch.setenv("RAYLIFT_ROOT", str(root))
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    return root
+
+
+@pytest.fixture()
+def infra(aws: str) -> None:
+    boto3.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    ecs_cluster("ray", {"ray-head": 0, "ray-worker": 0})
+    codebuild_project("raylift-image")
+
+
+def target(**extra: Any) -> EcsTarget:
+    options = {"cluster": "ray", "bucket": BUCKET, "head_address": "127.0.0.1"} | extra
+    t = get_target("ecs", **json.loads(json.dumps(options)))  # options are plain JSON, as the DAG passes them
+    assert isinstance(t, EcsTarget)
+    return t
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(RayliftValueError, match="Unknown ecs target option"):
+        EcsTarget(cluster="ray", bucket="b", head_address="h", colour="red")
+    with pytest.raises(RayliftValueError, match="head_address' or 'cloud_map_namespace"):
+        EcsTarget(cluster="ray", bucket="b")
+    with pytest.raises(RayliftValueError, match="must be a bucket name"):
+        EcsTarget(cluster="ray", bucket="s3://b/x", head_address="h")
+
+
+def test_build_reuses_image_when_ecr_has_the_content_tag(infra: None, checkout: Path) -> None:
+    tag = image_tag(image_content_digest(checkout, "ray-vllm"))
+    uri = ecr_repository("ray-vllm", tags=(tag,))
+    artifact = target().build_artifact()
+    assert artifact.reused is True and artifact.image == f"{uri}:{tag}"
+    assert boto3.client("codebuild").list_builds_for_project(projectName="raylift-image")["ids"] == []
+    key = artifact.working_dir.removeprefix(f"s3://{BUCKET}/")
+    assert key.startswith("artifacts/serve_apps-") and key.endswith(".zip")
+    assert boto3.client("s3").head_object(Bucket=BUCKET, Key=key)["ContentLength"] > 0
+
+
+def test_build_starts_codebuild_when_the_tag_is_new(infra: None, checkout: Path) -> None:
+    uri = ecr_repository("ray-vllm", tags=("old",))
+    t = target(build_poll_interval_s=0.01)
+    artifact = t.build_artifact()
+    assert artifact.reused is False
+    assert artifact.image == f"{uri}:{image_tag(artifact.digest)}"
+    assert len(boto3.client("codebuild").list_builds_for_project(projectName="raylift-image")["ids"]) == 1
+
+    (checkout / "serve_apps/llm/__init__.py").write_text("def build_app(args):\n    return None\n")
+    build = t.start_artifact_build()
+    assert build.build_id is not None and build.artifact.digest != artifact.digest  # an edit is a new tag
+    path, kwargs = t.build_trigger(build).serialize()
+    assert path == "raylift.triggers.codebuild.CodeBuildBuildTrigger" and kwargs["image"] == build.artifact.image
+
+
+def test_scale_waits_then_reports_ray_state(infra: None, dashboard: tuple[Dashboard, int]) -> None:
+    state, port = dashboard
+    t = target(dashboard_port=port)
+    want = t.scale(workers=2)
+    assert (want.nodes, want.resources) == (3, {"GPU": 12.0})  # the seed's 3 nodes / 12 GPUs
+    counts = boto3.client("ecs").describe_services(cluster="ray", services=["ray-head", "ray-worker"])["services"]
+    assert {s["serviceName"]: s["desiredCount"] for s in counts} == {"ray-head": 1, "ray-worker": 2}
+
+    trigger = t.scale_trigger(workers=2, poll_interval_s=0.05, timeout_s=5)
+
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    assert asyncio.run(first())["status"] == "success"
+
+    state.nodes = [node(4), node(4), node(4, alive=False)]
+    with pytest.raises(ClusterNotReadyError, match=r"missing nodes 2/3, GPU 8/12 \(ECS: .*ray-worker 2/2 tasks running"):
+        t.check_ready(want)
+    state.nodes = [node(4), node(4), node(4)]
+    ready = t.check_ready(want)
+    assert (ready.nodes, ready.resources["GPU"]) == (3, 12.0)
+
+    t.teardown()
+    counts = boto3.client("ecs").describe_services(cluster="ray", services=["ray-head", "ray-worker"])["services"]
+    assert {s["serviceName"]: s["desiredCount"] for s in counts} == {"ray-head": 0, "ray-worker": 0}
+
+
+def test_serve_config_round_trip_and_deploy_trigger(infra: None, dashboard: tuple[Dashboard, int]) -> None:
+    state, port = dashboard
+    t = target(dashboard_port=port)
+    app = {"name": "llm", "import_path": "llm:build_app", "runtime_env": {"working_dir": "s3://b/a.zip"}}
+    state.applications = {"applications": {"llm": {"status": "RUNNING", "deployed_app_config": app}}}
+    assert t.current_serve_config() == {"applications": [app]}
+    t.apply_serve_config({"applications": [app]})
+    assert state.puts == [{"applications": [app]}]
+    path, kwargs = t.deploy_trigger(app_names=["llm"], timeout_s=60).serialize()
+    assert path == "raylift.triggers.serve.ServeApplicationsTrigger"
+    assert kwargs["dashboard_url"] == f"http://127.0.0.1:{port}" and kwargs["app_names"] == ["llm"]
+    assert t.endpoint_url() == "http://127.0.0.1:8000"
+    assert target(endpoint="https://llm.example.com/").endpoint_url() == "https://llm.example.com"
+
+
+def test_head_found_through_cloud_map(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DiscoverInstances has a "data-" host prefix; against a local endpoint it must not be injected.
+    conn = {"conn_type": "aws", "extra": {"region_name": "us-west-2", "endpoint_url": aws,
+                                          "config_kwargs": {"inject_host_prefix": False}}}  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+    sd = boto3.client("servicediscovery")
+    op = sd.create_http_namespace(Name="ray.local")["OperationId"]
+    ns_id = sd.get_operation(OperationId=op)["Operation"]["Targets"]["NAMESPACE"]
+    service_id = sd.create_service(Name="ray-head", NamespaceId=ns_id)["Service"]["Id"]
+    sd.register_instance(ServiceId=service_id, InstanceId="task-1", Attributes={"AWS_INSTANCE_IPV4": "10.0.3.7"})
+    t = EcsTarget(cluster="ray", bucket=BUCKET, cloud_map_namespace="ray.local")
+    assert t.dashboard_url() == "http://10.0.3.7:8265"
+    assert t.endpoint_url() == "http://10.0.3.7:8000"
+
+
+def test_stage_model_goes_to_the_model_prefix(infra: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    src = tmp_path / "model"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    (src / "model.safetensors").write_bytes(b"\0" * 1024)
+    staged = target(storage_class="STANDARD_IA").stage_model(source=str(src), model_id="tiny", revision="main")
+    assert staged.uri == f"s3://{BUCKET}/models/tiny/main"
+    head = boto3.client("s3").head_object(Bucket=BUCKET, Key="models/tiny/main/model.safetensors")
+    assert head["StorageClass"] == "STANDARD_IA"
