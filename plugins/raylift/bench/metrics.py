@@ -1,0 +1,141 @@
+"""Per-request measurements and their aggregates; definitions in ``docs/benchmark-metrics.md``.
+
+All times are taken with :func:`time.perf_counter_ns` on the client, from just before the request is
+handed to the HTTP client until the chunk in question has been read from the socket.
+
+- **TTFT**: start → first chunk that carries content (text or delta content). Role-only and empty
+  chunks do not count. For a non-streamed request it equals the end-to-end latency.
+- **ITL** (inter-token latency): the gaps between consecutive content chunks, TTFT excluded
+  (``vllm bench serve``'s ITL). A chunk carrying several tokens gives one gap.
+- **TPOT** (time per output token): ``(e2e − TTFT) / (output_tokens − 1)``; undefined for one token
+  and for non-streamed requests.
+- **e2e**: start → end of the response body.
+- **Output tokens**: the server's ``usage.completion_tokens``, else a tokenizer callback on the
+  text, else the number of content chunks (see :class:`RequestRecord.token_source`).
+- Per-request output tokens/s: ``output_tokens / e2e`` (llmperf's request_output_throughput).
+- Level throughput: successful requests' output tokens / the level's wall time (first request sent
+  → last response finished); requests/s likewise counts successful requests; error rate is
+  errors / (successes + errors). Requests cut off by the level's time bound are counted apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PERCENTILES: tuple[int, ...] = (25, 50, 75, 90, 95, 99)
+STAT_KEYS: tuple[str, ...] = ("mean",) + tuple(f"p{p}" for p in PERCENTILES)
+
+
+@dataclass
+class RequestRecord:
+    """What one request did, as raw client timestamps (ns) and counts."""
+
+    start_ns: int
+    end_ns: int = 0
+    first_content_ns: int | None = None
+    content_ns: list[int] = field(default_factory=list)
+    output_tokens: int = 0
+    input_tokens: int | None = None
+    target_input_tokens: int = 0
+    target_output_tokens: int = 0
+    token_source: str = "chunks"  # "usage" | "tokenizer" | "chunks"
+    streamed: bool = True
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def e2e_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def ttft_ms(self) -> float | None:
+        if not self.streamed:
+            return self.e2e_ms if self.ok else None
+        if self.first_content_ns is None:
+            return None
+        return (self.first_content_ns - self.start_ns) / 1e6
+
+    @property
+    def tpot_ms(self) -> float | None:
+        ttft = self.ttft_ms
+        if not self.streamed or ttft is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_ms - ttft) / (self.output_tokens - 1)
+
+    def itl_ms(self) -> list[float]:
+        times = self.content_ns
+        return [(b - a) / 1e6 for a, b in zip(times, times[1:])]
+
+    @property
+    def output_tokens_per_s(self) -> float | None:
+        return self.output_tokens / (self.e2e_ms / 1e3) if self.end_ns > self.start_ns else None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, also pandas' and llmperf's)."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0..100")
+    rank = (len(sorted_values) - 1) * q / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
+
+
+def distribution(values: Iterable[float]) -> dict[str, float | None]:
+    """``{"mean", "p25", ... "p99"}`` of the values; every entry None when there are none."""
+    data = sorted(values)
+    if not data:
+        return dict.fromkeys(STAT_KEYS)
+    stats: dict[str, float | None] = {"mean": math.fsum(data) / len(data)}
+    for p in PERCENTILES:
+        stats[f"p{p}"] = percentile(data, p)
+    return stats
+
+
+def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled: int = 0) -> dict[str, Any]:
+    """The aggregate of one run (a concurrency level, a rate, or everything) as a JSON-able dict."""
+    ok = [r for r in records if r.ok]
+    errors = len(records) - len(ok)
+    output_tokens = sum(r.output_tokens for r in ok)
+    sources = sorted({r.token_source for r in ok})
+    error_kinds: dict[str, int] = {}
+    for r in records:
+        if r.error is not None:
+            kind = r.error.split(":", 1)[0]
+            error_kinds[kind] = error_kinds.get(kind, 0) + 1
+    return {
+        "requests": len(records),
+        "errors": errors,
+        "error_rate": errors / len(records) if records else 0.0,
+        "cancelled": cancelled,
+        "output_tokens": output_tokens,
+        "input_tokens": sum(r.input_tokens or 0 for r in ok),
+        "token_source": sources[0] if len(sources) == 1 else ",".join(sources) or None,
+        "duration_s": duration_s,
+        "requests_per_s": len(ok) / duration_s if duration_s > 0 else 0.0,
+        "output_tokens_per_s": output_tokens / duration_s if duration_s > 0 else 0.0,
+        "ttft_ms": distribution(t for r in ok if (t := r.ttft_ms) is not None),
+        "itl_ms": distribution(g for r in ok for g in r.itl_ms()),
+        "tpot_ms": distribution(t for r in ok if (t := r.tpot_ms) is not None),
+        "e2e_ms": distribution(r.e2e_ms for r in ok),
+        "request_output_tokens_per_s": distribution(
+            t for r in ok if (t := r.output_tokens_per_s) is not None
+        ),
+        "error_kinds": error_kinds,
+    }
+
+
+def wall_time_s(records: Sequence[RequestRecord]) -> float:
+    """First request sent → last response finished, in seconds (0 when nothing finished)."""
+    finished = [r for r in records if r.end_ns]
+    if not finished:
+        return 0.0
+    return (max(r.end_ns for r in finished) - min(r.start_ns for r in finished)) / 1e9

@@ -1,0 +1,167 @@
+"""Files for a benchmark run: JSON, CSV (one row per level), PNG plots and a self-contained HTML page.
+
+matplotlib is imported inside the plotting functions (Agg backend) so importing this module stays
+cheap for DAG parsing.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from raylift.bench.metrics import STAT_KEYS
+from raylift.bench.runner import format_table
+
+LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+SCALARS = ("concurrency", "requests", "errors", "error_rate", "cancelled", "output_tokens", "input_tokens",
+           "duration_s", "requests_per_s", "output_tokens_per_s")
+
+
+def csv_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per level: the scalars, then ``<metric>_<stat>`` for every latency metric."""
+    rows = []
+    for level in result["levels"]:
+        row = {key: level.get(key) for key in SCALARS}
+        for metric in LATENCY_METRICS:
+            for stat in STAT_KEYS:
+                row[f"{metric}_{stat}"] = level[metric][stat]
+        rows.append(row)
+    return rows
+
+
+def write_json(result: Mapping[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(result, indent=2, sort_keys=True))
+    return path
+
+
+def write_csv(result: Mapping[str, Any], path: Path) -> Path:
+    rows = csv_rows(result)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else list(SCALARS))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_latency(result: Mapping[str, Any], path: Path) -> Path:
+    """TTFT, ITL and end-to-end latency percentiles against concurrency."""
+    plt = _pyplot()
+    levels = result["levels"]
+    x = [lv["concurrency"] for lv in levels]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, metric, title in zip(axes, ("ttft_ms", "itl_ms", "e2e_ms"), ("TTFT", "Inter-token latency", "End-to-end")):
+        for stat in ("p50", "p90", "p99"):
+            ax.plot(x, [lv[metric][stat] for lv in levels], marker="o", label=stat)
+        ax.set(title=f"{title} (ms)", xlabel="concurrency", xscale="log" if max(x) > 8 else "linear")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{result.get('model', '')} latency vs concurrency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(result: Mapping[str, Any], path: Path) -> Path:
+    """Output tokens/s and requests/s against concurrency."""
+    plt = _pyplot()
+    levels = result["levels"]
+    x = [lv["concurrency"] for lv in levels]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(x, [lv["output_tokens_per_s"] for lv in levels], marker="o", color="tab:blue")
+    ax.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput vs concurrency")
+    ax.grid(alpha=0.3)
+    right = ax.twinx()
+    right.plot(x, [lv["requests_per_s"] for lv in levels], marker="s", color="tab:orange")
+    right.set_ylabel("requests/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_history(history: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Run history, oldest first: best output tokens/s and the worst level's TTFT p99 per run."""
+    plt = _pyplot()
+    labels = [str(run.get("started_at", i)) for i, run in enumerate(history)]
+    tps = [max((lv["output_tokens_per_s"] for lv in run["levels"]), default=0.0) for run in history]
+    ttft = [max((lv["ttft_ms"]["p99"] or 0.0 for lv in run["levels"]), default=0.0) for run in history]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    top.plot(range(len(history)), tps, marker="o")
+    top.set(ylabel="output tokens/s", title="Run history")
+    bottom.plot(range(len(history)), ttft, marker="o", color="tab:red")
+    bottom.set(ylabel="TTFT p99 (ms)")
+    bottom.set_xticks(range(len(history)), labels, rotation=30, ha="right", fontsize=7)
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *, title: str) -> Path:
+    """One HTML file with the table and the PNGs inlined (base64), viewable without a web server."""
+    figures = "\n".join(
+        f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+        for p in images
+    )
+    profile = html.escape(json.dumps(result.get("profile", {})))
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:1.5em}} pre{{background:#f4f4f4;padding:1em}} img{{max-width:100%}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>model <b>{html.escape(str(result.get("model", "")))}</b>, endpoint {html.escape(str(result.get("endpoint", "")))},
+started {html.escape(str(result.get("started_at", "")))}</p>
+<p>profile <code>{profile}</code></p>
+<pre>{html.escape(format_table(result))}</pre>
+{figures}
+</body></html>
+"""
+    path.write_text(page)
+    return path
+
+
+def write_report(
+    result: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    name: str = "benchmark",
+    history: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Path]:
+    """Write ``<name>.json``, ``<name>.csv``, the PNGs and ``<name>.html`` under ``out_dir``.
+
+    ``history`` (earlier results, oldest first; this run is appended if not last) adds the run-history
+    plot. Returns the paths by kind: json, csv, latency_png, throughput_png, [history_png], html.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {
+        "json": write_json(result, out / f"{name}.json"),
+        "csv": write_csv(result, out / f"{name}.csv"),
+        "latency_png": plot_latency(result, out / f"{name}-latency.png"),
+        "throughput_png": plot_throughput(result, out / f"{name}-throughput.png"),
+    }
+    if history:
+        runs = list(history)
+        if runs[-1] is not result:
+            runs.append(result)
+        paths["history_png"] = plot_history(runs, out / f"{name}-history.png")
+    images = [p for key, p in paths.items() if key.endswith("_png")]
+    paths["html"] = write_html(result, images, out / f"{name}.html", title=f"raylift benchmark: {name}")
+    return paths

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from raylift.bench.runner import format_table, run_benchmark
+from raylift.errors import EndpointNotAllowedError, RayliftValueError
+
+
+def test_run_benchmark_result_shape(stub: Callable[..., str]) -> None:
+    url = stub(ttft_ms=2, itl_ms=1, fail_every=8)
+    lines: list[str] = []
+    result = run_benchmark(url, "stub", concurrency=[1, 4], requests_per_level=8, progress=lines.append)
+    json.dumps(result)  # JSON-able
+    assert result["profile"]["name"] == "smoke" and result["model"] == "stub"
+    assert [lv["concurrency"] for lv in result["levels"]] == [1, 4]
+    for level in result["levels"]:
+        assert level["requests"] == 8 and level["errors"] == 1 and level["error_rate"] == 0.125
+        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+            assert set(level[metric]) == {"mean", "p25", "p50", "p75", "p90", "p95", "p99"}
+    assert result["overall"]["requests"] == 16 and result["overall"]["errors"] == 2
+    assert any("concurrency 4: 8/8 requests" in line for line in lines)
+    table = format_table(result).splitlines()
+    assert len(table) == 4 and table[3].split()[0] == "4"
+
+
+def test_run_benchmark_refuses_remote_and_bad_levels() -> None:
+    with pytest.raises(EndpointNotAllowedError):
+        run_benchmark("http://192.0.2.1:8000", "m")
+    with pytest.raises(RayliftValueError):
+        run_benchmark("http://127.0.0.1:9", "m", concurrency=[0])
+
+
+def test_cli_writes_json(stub: Callable[..., str], tmp_path: Path) -> None:
+    url = stub()
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "raylift.bench", "--url", url, "--model", "stub",
+                           "--concurrency", "2", "--requests", "4", "--out", str(out)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "out tok/s" in proc.stdout
+    assert json.loads(out.read_text())["levels"][0]["requests"] == 4
