@@ -8,6 +8,7 @@ head, with the serve-app zip in S3 as ``runtime_env.working_dir`` and the image 
 from __future__ import annotations
 
 import time
+from functools import cached_property
 from typing import Any
 
 from raylift.aws.target_common import AwsTarget, split_options
@@ -58,6 +59,10 @@ class EcsTarget(AwsTarget):
 
     # -- hooks -------------------------------------------------------------------------------------
     def _ecs(self) -> Any:
+        return self._ecs_hook
+
+    @cached_property
+    def _ecs_hook(self) -> Any:  # one client per target instance (a task), not per call
         from raylift.hooks.ecs_service import EcsServiceHook
 
         return EcsServiceHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)

@@ -1,0 +1,261 @@
+"""``eks``: a RayService (KubeRay) on EKS managed node groups.
+
+Scaling resizes the node groups so the profile's worker pods fit; before an upgrade the target checks
+the node groups can hold the peak (a ``NewCluster`` upgrade runs old and new clusters side by side),
+scaling further when ``maxSize`` allows and refusing with the numbers when it does not. Deploys
+render, validate and server-side apply the RayService; the spec it replaced is kept for ``rollback``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import cached_property
+from typing import Any
+
+from raylift.aws.target_common import AwsTarget, split_options
+from raylift.errors import ClusterError, DeployError, RayliftValueError
+from raylift.targets.base import ClusterExpectation, ClusterState
+
+log = logging.getLogger(__name__)
+
+RAY_RESOURCE_NAMES = {"nvidia.com/gpu": "GPU", "aws.amazon.com/neuron": "neuron"}
+
+
+class EksTarget(AwsTarget):
+    """Options (all JSON): ``cluster_name``, ``worker_nodegroup``, ``head_nodegroup``, ``kubernetes_conn_id``
+    (None: a kubeconfig is minted from the AWS connection), ``namespace``, ``rayservice_name``, ``profile``,
+    ``upgrade_strategy``, ``accelerators_per_node``, ``image``, ``hf_home``, ``model_volume_claim``,
+    ``hf_token_secret``, ``endpoint``, ``workers`` (fallback when no scale was recorded), plus the shared
+    AWS options (``bucket``, ``ecr_repository``, ...)."""
+
+    name = "eks"
+
+    def __init__(
+        self,
+        *,
+        cluster_name: str,
+        worker_nodegroup: str,
+        head_nodegroup: str | None = None,
+        kubernetes_conn_id: str | None = None,
+        namespace: str = "raylift",
+        rayservice_name: str = "raylift",
+        profile: str = "gpu-vllm",
+        upgrade_strategy: str = "NewCluster",
+        accelerators_per_node: int | None = None,
+        image: str | None = None,
+        hf_home: str | None = None,
+        model_volume_claim: str | None = None,
+        hf_token_secret: str | None = None,
+        endpoint: str | None = None,
+        workers: int = 1,
+        poll_interval_s: float = 5.0,
+        **options: Any,
+    ) -> None:
+        aws, unknown = split_options(options)
+        if unknown:
+            raise RayliftValueError(f"Unknown eks target option(s) {sorted(unknown)}: see EksTarget's docstring.")
+        super().__init__(aws)
+        self.cluster_name, self.worker_nodegroup, self.head_nodegroup = cluster_name, worker_nodegroup, head_nodegroup
+        self.kubernetes_conn_id, self.namespace, self.rayservice_name = kubernetes_conn_id, namespace, rayservice_name
+        self.profile, self.upgrade_strategy = profile, upgrade_strategy
+        self.accelerators_per_node, self.image = accelerators_per_node, image
+        self.hf_home, self.model_volume_claim, self.hf_token_secret = hf_home, model_volume_claim, hf_token_secret
+        self.endpoint, self.default_workers, self.poll_interval_s = endpoint, workers, poll_interval_s
+
+    # -- hooks -------------------------------------------------------------------------------------
+    def _eks(self) -> Any:
+        return self._eks_hook
+
+    @cached_property
+    def _eks_hook(self) -> Any:  # one client per target instance (a task), not per call
+        from raylift.hooks.eks_nodegroup import EksNodegroupHook
+
+        return EksNodegroupHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+
+    def region(self) -> str:
+        return self.aws.region_name or self._eks().conn_region_name
+
+    def _kuberay(self) -> Any:
+        return self._kuberay_hook
+
+    @cached_property
+    def _kuberay_hook(self) -> Any:
+        from raylift.hooks.kuberay import KubeRayHook
+
+        if self.kubernetes_conn_id:
+            return KubeRayHook(self.kubernetes_conn_id)
+        from raylift.kuberay.eks_auth import eks_kubeconfig
+
+        config = eks_kubeconfig(
+            eks_cluster_name=self.cluster_name, region=self.region(), aws_conn_id=self.aws.aws_conn_id
+        )
+        return KubeRayHook(config_dict=config)
+
+    def _state_key(self, leaf: str) -> str:
+        return f"eks/{self.namespace}/{self.rayservice_name}/{leaf}"
+
+    # -- capacity ----------------------------------------------------------------------------------
+    def _accelerator(self) -> str | None:
+        from raylift.kuberay.profiles import get_profile
+
+        return get_profile(self.profile).accelerator
+
+    def per_node(self) -> int:
+        """Accelerators on one worker node (option, else EC2's data for the node group's instance type)."""
+        return self._per_node
+
+    @cached_property
+    def _per_node(self) -> int:
+        if self.accelerators_per_node is not None:
+            return int(self.accelerators_per_node)
+        eks = self._eks()
+        scaling = eks.scaling(self.cluster_name, self.worker_nodegroup)
+        if not scaling.instance_types:
+            raise ClusterError(
+                f"Node group {self.worker_nodegroup!r} names no instance type: set 'accelerators_per_node'."
+            )
+        return eks.gpus_per_node(scaling.instance_types[0])
+
+    def nodes_for(self, workers: int, strategy: str = "None") -> tuple[int, float]:
+        """(worker nodes, accelerators) the profile's ``workers`` pods need at peak for ``strategy``."""
+        from raylift.kuberay.manifest import capacity_needed
+
+        accel = self._accelerator()
+        if accel is None:  # CPU profiles: one worker pod per node
+            factor = 2 if strategy == "NewCluster" else 1
+            return workers * factor, 0.0
+        amount = capacity_needed(self.profile, workers, strategy).get(accel, 0.0)
+        per_node = self.per_node()
+        if per_node <= 0:
+            raise ClusterError(
+                f"Node group {self.worker_nodegroup!r} has no {accel}: pick GPU instances or another profile."
+            )
+        return math.ceil(amount / per_node), amount
+
+    def _expectation(self, nodes: int, amount: float) -> ClusterExpectation:
+        accel = self._accelerator()
+        head = 1 if self.head_nodegroup else 0
+        resources = {RAY_RESOURCE_NAMES.get(accel, accel): float(nodes * self.per_node())} if accel else {}
+        return ClusterExpectation(nodes=nodes + head, resources=resources)
+
+    def scale(self, *, workers: int) -> ClusterExpectation:
+        if workers < 0:
+            raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
+        nodes, amount = self.nodes_for(workers)
+        eks = self._eks()
+        eks.scale_nodegroup(self.cluster_name, self.worker_nodegroup, nodes)
+        if self.head_nodegroup:
+            eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 1)
+        self.state_store().write_json(self._state_key("scale.json"), {"workers": workers, "worker_nodes": nodes})
+        return self._expectation(nodes, amount)
+
+    def recorded_workers(self) -> int:
+        return int((self.state_store().read_json(self._state_key("scale.json")) or {}).get("workers", self.default_workers))
+
+    def ensure_headroom(self, workers: int, *, upgrading: bool) -> None:
+        """Make the worker node group big enough for the peak; ClusterError with the numbers when it cannot be."""
+        strategy = self.upgrade_strategy if upgrading else "None"
+        need_nodes, amount = self.nodes_for(workers, strategy)
+        now = self._eks().scaling(self.cluster_name, self.worker_nodegroup)
+        if need_nodes <= now.desired_size:
+            return
+        what = f"{amount:g} {self._accelerator()}" if self._accelerator() else f"{need_nodes} worker nodes"
+        if need_nodes > now.max_size:
+            raise ClusterError(
+                f"{'A ' + strategy + ' upgrade' if upgrading else 'This deploy'} of {workers} worker(s) needs {what} "
+                f"= {need_nodes} node(s) of node group {self.worker_nodegroup!r}, which allows at most {now.max_size} "
+                f"(now {now.desired_size}). Raise its maxSize to {need_nodes}, use upgrade_strategy 'None' or "
+                "'NewClusterWithIncrementalUpgrade', or deploy fewer workers."
+            )
+        log.info("Scaling %s from %d to %d node(s) for the %s peak", self.worker_nodegroup, now.desired_size, need_nodes, strategy)
+        self._eks().scale_nodegroup(self.cluster_name, self.worker_nodegroup, need_nodes)
+
+    def cluster_state(self) -> ClusterState:
+        """Node groups as they stand: ACTIVE groups' desired nodes (UPDATING ones are not counted yet)."""
+        eks = self._eks()
+        groups = [self.worker_nodegroup] + ([self.head_nodegroup] if self.head_nodegroup else [])
+        workers = eks.scaling(self.cluster_name, self.worker_nodegroup)
+        nodes = sum(
+            s.desired_size for s in (eks.scaling(self.cluster_name, g) for g in groups) if s.status == "ACTIVE"
+        )
+        accel = self._accelerator()
+        ready_workers = workers.desired_size if workers.status == "ACTIVE" else 0
+        resources = {RAY_RESOURCE_NAMES.get(accel, accel): float(ready_workers * self.per_node())} if accel else {}
+        return ClusterState(nodes=nodes, resources=resources)
+
+    # -- serve -------------------------------------------------------------------------------------
+    def current_serve_config(self) -> dict[str, Any]:
+        import yaml
+
+        obj = self._kuberay().get_rayservice(self.rayservice_name, self.namespace)
+        if not obj:
+            return {"applications": []}
+        return yaml.safe_load(obj["spec"].get("serveConfigV2") or "") or {"applications": []}
+
+    def render(self, config: dict[str, Any], workers: int) -> dict[str, Any]:
+        from raylift.kuberay.manifest import render_rayservice, validate_rayservice
+
+        manifest = render_rayservice(
+            name=self.rayservice_name,
+            namespace=self.namespace,
+            serve_config=config,
+            image=self.image or self.image_uri(),
+            profile=self.profile,
+            workers=workers,
+            hf_home=self.hf_home,
+            upgrade_strategy=self.upgrade_strategy,
+            hf_token_secret=self.hf_token_secret,
+            model_volume_claim=self.model_volume_claim,
+        )
+        validate_rayservice(manifest)
+        return manifest
+
+    def apply_serve_config(self, config: dict[str, Any]) -> None:
+        """Check headroom, render + validate, keep the spec being replaced, then server-side apply."""
+        workers = self.recorded_workers()
+        manifest = self.render(config, workers)
+        hook = self._kuberay()
+        previous = hook.get_rayservice(self.rayservice_name, self.namespace)
+        self.ensure_headroom(workers, upgrading=previous is not None)
+        if previous is not None:
+            self.state_store().write_json(self._state_key("previous.json"), previous)
+        hook.apply_rayservice(manifest)
+
+    def rollback(self) -> None:
+        """Re-apply the RayService spec that the last apply replaced."""
+        previous = self.state_store().read_json(self._state_key("previous.json"))
+        if not previous:
+            raise DeployError(
+                f"No previous RayService spec recorded for {self.namespace}/{self.rayservice_name}: nothing to roll back to."
+            )
+        self._kuberay().rollback_rayservice(previous)
+
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> Any:
+        from raylift.triggers.rayservice import RayServiceReadyTrigger
+
+        context = None
+        if not self.kubernetes_conn_id:
+            from raylift.kuberay.eks_auth import eks_cluster_context
+
+            context = eks_cluster_context(self.cluster_name, self.region(), self.aws.aws_conn_id)
+        return RayServiceReadyTrigger(
+            name=self.rayservice_name,
+            namespace=self.namespace,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            app_names=app_names,
+            timeout_s=timeout_s,
+            poll_interval_s=self.poll_interval_s,
+            cluster_context=context,
+        )
+
+    def endpoint_url(self) -> str:
+        default = f"http://{self.rayservice_name}-serve-svc.{self.namespace}.svc.cluster.local:8000"
+        return (self.endpoint or default).rstrip("/")
+
+    def teardown(self) -> None:
+        self._kuberay().delete_rayservice(self.rayservice_name, self.namespace)
+        eks = self._eks()
+        eks.scale_nodegroup(self.cluster_name, self.worker_nodegroup, 0)
+        if self.head_nodegroup:
+            eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 0)

@@ -1,0 +1,125 @@
+"""EksTarget: node groups in moto, the RayService through the Kubernetes API stand-in on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+
+from raylift.errors import ClusterError, DeployError, RayliftValueError
+from raylift.targets import get_target
+from raylift.targets.eks import EksTarget
+from tests.aws.moto_resources import eks_nodegroups
+from tests.fixtures.kube_api import KubeApiStandIn, kube_api  # noqa: F401 - fixture
+from tests.kuberay.serve_configs import serve_config
+
+BUCKET = "raylift-models"
+
+
+@pytest.fixture()
+def infra(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    boto3.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+
+
+def target(**extra: object) -> EksTarget:
+    options = {
+        "cluster_name": "ray",
+        "worker_nodegroup": "gpu",
+        "kubernetes_conn_id": "kubernetes_default",
+        "namespace": "raylift",
+        "rayservice_name": "llm",
+        "bucket": BUCKET,
+        "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-vllm:abc",
+        "hf_home": "/mnt/models",
+    } | extra
+    t = get_target("eks", **json.loads(json.dumps(options)))
+    assert isinstance(t, EksTarget)
+    return t
+
+
+def nodegroup(max_size: int = 4, desired: int = 0) -> None:
+    # g5.2xlarge: one A10G, an instance type the gpu-vllm profile's pods may land on.
+    eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.2xlarge"], "min": 0, "max": max_size, "desired": desired}})
+
+
+def scaling() -> dict:
+    return boto3.client("eks").describe_nodegroup(clusterName="ray", nodegroupName="gpu")["nodegroup"]["scalingConfig"]
+
+
+def test_unknown_option_is_refused() -> None:
+    with pytest.raises(RayliftValueError, match="Unknown eks target option"):
+        EksTarget(cluster_name="c", worker_nodegroup="g", bucket="b", nodes=3)
+
+
+def test_scale_sizes_the_node_group_for_the_profile(infra: None) -> None:
+    nodegroup()
+    t = target()
+    want = t.scale(workers=3)
+    assert scaling()["desiredSize"] == 3  # one GPU per worker pod, one GPU per g5.2xlarge
+    assert (want.nodes, want.resources) == (3, {"GPU": 3.0})
+    state = t.cluster_state()
+    assert state.missing(want) == []
+    assert t.recorded_workers() == 3
+
+
+def test_deploy_then_upgrade_scales_for_the_peak_and_rolls_back(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811
+    nodegroup(max_size=4)
+    t = target()
+    t.scale(workers=2)
+    t.apply_serve_config(serve_config(model="first"))
+    assert scaling()["desiredSize"] == 2  # first deploy: no old cluster beside it
+    first = kube_api.stored("raylift", "llm")
+    assert first["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] == 2
+    assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "first"
+
+    t.apply_serve_config(serve_config(model="second"))
+    assert scaling()["desiredSize"] == 4  # NewCluster: old + new side by side = 2 x 2 GPUs
+    assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "second"
+
+    t.rollback()
+    again = kube_api.stored("raylift", "llm")
+    assert yaml.safe_load(again["spec"]["serveConfigV2"])["applications"][0]["args"]["model_id"] == "first"
+
+
+def test_upgrade_refused_with_the_numbers(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811
+    nodegroup(max_size=3)
+    t = target()
+    t.scale(workers=2)
+    t.apply_serve_config(serve_config(model="first"))
+    with pytest.raises(ClusterError, match=r"NewCluster upgrade of 2 worker\(s\) needs 4 nvidia.com/gpu = 4 node\(s\).*at most 3"):
+        t.apply_serve_config(serve_config(model="second"))
+    assert "first" in kube_api.stored("raylift", "llm")["spec"]["serveConfigV2"]  # nothing applied
+    in_place = target(upgrade_strategy="None")
+    in_place.apply_serve_config(serve_config(model="second"))
+    assert scaling()["desiredSize"] == 2
+
+
+def test_rollback_without_history_is_a_deploy_error(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811
+    with pytest.raises(DeployError, match="nothing to roll back to"):
+        target().rollback()
+
+
+def test_deploy_trigger_and_endpoint(infra: None) -> None:
+    nodegroup()
+    path, kwargs = target().deploy_trigger(app_names=["llm"], timeout_s=600).serialize()
+    assert path == "raylift.triggers.rayservice.RayServiceReadyTrigger"
+    assert (kwargs["name"], kwargs["namespace"], kwargs["app_names"]) == ("llm", "raylift", ["llm"])
+    assert kwargs["cluster_context"] is None
+    _, kwargs = target(kubernetes_conn_id=None).deploy_trigger(app_names=["llm"], timeout_s=600).serialize()
+    assert kwargs["cluster_context"] == {"eks_cluster_name": "ray", "region": "us-west-2", "aws_conn_id": "aws_default"}
+    assert target().endpoint_url() == "http://llm-serve-svc.raylift.svc.cluster.local:8000"
+
+
+def test_teardown_deletes_the_rayservice_and_empties_the_node_group(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811
+    nodegroup()
+    t = target()
+    t.scale(workers=1)
+    t.apply_serve_config(serve_config())
+    t.teardown()
+    assert kube_api.stored("raylift", "llm") is None
+    assert scaling()["desiredSize"] == 0
+    t.teardown()  # idempotent
