@@ -111,3 +111,23 @@ def test_is_tarball_url() -> None:
     assert is_tarball_url("https://cdn.example/m.tar?sig=1")
     assert not is_tarball_url("https://cdn.example/m.zip")
     assert not is_tarball_url("org/name")
+
+
+def test_tarball_source_staged_to_s3(cdn: tuple[Cdn, str], aws: str, tmp_path: Path) -> None:
+    import boto3
+
+    from raylift.aws.model_staging import S3Destination, stage_model_to_s3
+
+    state, url = cdn
+    state.replies = [(200, make_tar({"m/config.json": b"{}", "m/model.safetensors": b"w" * 4096}), None)]
+    boto3.client("s3").create_bucket(Bucket="models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    staged = stage_model_to_s3(
+        source=f"{url}/mistral.tar.gz?X-Amz-Signature=secret",
+        model_id="mistral",
+        destination=S3Destination("models"),
+        cache_dir=tmp_path,
+    )
+    assert staged.revision.startswith("tar-") and staged.copied_files == 2
+    assert "secret" not in str(staged.to_xcom())
+    key = f"models/mistral/{staged.revision}/model.safetensors"
+    assert boto3.client("s3").head_object(Bucket="models", Key=key)["ContentLength"] == 4096

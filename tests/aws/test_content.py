@@ -1,0 +1,53 @@
+"""Content tags: same inputs, same tag; any edit or rename, a new one; missing inputs named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raylift.aws.content import collect_files, image_content_digest, image_inputs, image_tag
+from raylift.errors import BuildError
+
+
+def checkout(root: Path) -> Path:
+    (root / "images/ray-vllm").mkdir(parents=True)
+    (root / "images/ray-vllm/Dockerfile").write_text("FROM ray\n")
+    (root / "requirements").mkdir()
+    (root / "requirements/runtime.lock").write_text("vllm==1\n")
+    (root / "serve_apps/llm/__pycache__").mkdir(parents=True)
+    (root / "serve_apps/llm/app.py").write_text("x = 1\n")
+    (root / "serve_apps/llm/__pycache__/app.cpython-311.pyc").write_bytes(b"junk")
+    return root
+
+
+def test_tag_is_stable_and_ignores_bytecode(tmp_path: Path) -> None:
+    a, b = checkout(tmp_path / "a"), checkout(tmp_path / "b")
+    assert image_content_digest(a, "ray-vllm") == image_content_digest(b, "ray-vllm")
+    (b / "serve_apps/llm/__pycache__/app.cpython-311.pyc").write_bytes(b"other junk")
+    assert image_content_digest(a, "ray-vllm") == image_content_digest(b, "ray-vllm")
+    assert collect_files(a, image_inputs("ray-vllm")) == [
+        "images/ray-vllm/Dockerfile",
+        "requirements/runtime.lock",
+        "serve_apps/llm/app.py",
+    ]
+    assert len(image_tag(image_content_digest(a, "ray-vllm"))) == 20
+
+
+@pytest.mark.parametrize("change", ["edit", "rename", "lock"])
+def test_any_input_change_is_a_new_tag(tmp_path: Path, change: str) -> None:
+    root = checkout(tmp_path)
+    before = image_content_digest(root, "ray-vllm")
+    if change == "edit":
+        (root / "serve_apps/llm/app.py").write_text("x = 2\n")
+    elif change == "rename":
+        (root / "serve_apps/llm/app.py").rename(root / "serve_apps/llm/main.py")
+    else:
+        (root / "requirements/runtime.lock").write_text("vllm==2\n")
+    assert image_content_digest(root, "ray-vllm") != before
+
+
+def test_missing_dockerfile_is_named(tmp_path: Path) -> None:
+    root = checkout(tmp_path)
+    with pytest.raises(BuildError, match="'images/other/Dockerfile' is missing"):
+        image_content_digest(root, "other")
