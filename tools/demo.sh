@@ -11,13 +11,12 @@ say "1/4 environments"; bash tools/setup.sh all
 say "2/4 tiny model"; "$RUNTIME_VENV/bin/python" tools/make_tiny_model.py "$RAYLIFT_HOME/models/tiny-llama" | tail -1
 say "3/4 airflow db"; airflow db migrate >"$RAYLIFT_HOME/airflow-db.log" 2>&1 || { tail -20 "$RAYLIFT_HOME/airflow-db.log"; exit 1; }
 say "4/4 raylift_deploy on target=local (cluster start, vLLM engine start and benchmark take a few minutes)"
-RUN_ID="demo__$(date -u +%Y%m%dT%H%M%S)"
 CONF=${RAYLIFT_CONF:-'{}'}
 set +e
-airflow dags test raylift_deploy --conf "$CONF" --run-id "$RUN_ID" 2>&1 | tee "$RAYLIFT_HOME/demo.log" \
+airflow dags test raylift_deploy --conf "$CONF" 2>&1 | tee "$RAYLIFT_HOME/demo.log" \
   | grep --line-buffered -E "raylift|staging|benchmark|cluster|Serve|smoke|Marking run|ERROR|Error" | grep -v "^\s*$" | cut -c1-220
 rc=${PIPESTATUS[0]}
 set -e
-"$CONTROL_VENV/bin/python" -m raylift.demo_summary --run-id "$RUN_ID" --log "$RAYLIFT_HOME/demo.log"
+"$CONTROL_VENV/bin/python" -m raylift.demo_summary --log "$RAYLIFT_HOME/demo.log"
 say "done in $((SECONDS - T0)) s"
 exit "$rc"

@@ -13,11 +13,17 @@ from raylift.store import LocalStore
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--run-id", default=None, help="default: the newest run record")
     ap.add_argument("--log", default=None)
     args = ap.parse_args(argv)
     settings = local_settings()
     store = LocalStore(settings.model_store)
+    if args.run_id is None:
+        records = sorted(store.root.glob("_raylift/runs/*/record.json"), key=lambda p: p.stat().st_mtime)
+        if not records:
+            print(f"No run record found in {store.root}: see {args.log}.", file=sys.stderr)
+            return 1
+        args.run_id = json.loads(records[-1].read_text())["run_id"]
     record = store.read_json(f"{run_key(args.run_id)}/record.json")
     bench = store.read_json(f"{run_key(args.run_id)}/benchmark.json")
     if not record:
