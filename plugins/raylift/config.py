@@ -16,6 +16,10 @@ def _env_path(name: str, default: Path) -> Path:
     return Path(value).expanduser() if value else default
 
 
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
 def repo_root() -> Path:
     """The project checkout (the folder holding ``serve_apps/``), or ``RAYLIFT_ROOT``."""
     if os.environ.get("RAYLIFT_ROOT"):
@@ -33,12 +37,13 @@ class LocalSettings:
             "RAYLIFT_RUNTIME_PYTHON", repo_root() / ".cache/venvs/runtime/bin/python"
         )
     )
-    bind_host: str = "127.0.0.1"
-    gcs_port: int = int(os.environ.get("RAYLIFT_RAY_PORT", "6390"))
-    dashboard_port: int = int(os.environ.get("RAYLIFT_DASHBOARD_PORT", "8265"))
-    serve_port: int = int(os.environ.get("RAYLIFT_SERVE_PORT", "8000"))
-    head_num_cpus: int = int(os.environ.get("RAYLIFT_HEAD_CPUS", "2"))
-    worker_num_cpus: int = int(os.environ.get("RAYLIFT_WORKER_CPUS", "1"))
+    # Loopback by default; docker-compose points it at the ray-head service.
+    bind_host: str = field(default_factory=lambda: os.environ.get("RAYLIFT_RAY_HOST", "127.0.0.1"))
+    gcs_port: int = field(default_factory=lambda: _env_int("RAYLIFT_RAY_PORT", 6390))
+    dashboard_port: int = field(default_factory=lambda: _env_int("RAYLIFT_DASHBOARD_PORT", 8265))
+    serve_port: int = field(default_factory=lambda: _env_int("RAYLIFT_SERVE_PORT", 8000))
+    head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
+    worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024
 
     @property

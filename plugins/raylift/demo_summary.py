@@ -29,14 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     if not record:
         print(f"No run record for {args.run_id}: the run failed early; see {args.log}.", file=sys.stderr)
         return 1
-    failed = {t: s for t, s in (record.get("task_states") or {}).items() if s not in ("success", "TaskInstanceState.SUCCESS")}
+    failed = [step for step, state in (record.get("steps") or {}).items() if state != "done"]
     served = record["params"].get("served_name", "tiny-llama")
     endpoint = record.get("endpoint") or settings.serve_url
     print("\n=== raylift demo ===")
     print(f"run:       {args.run_id}")
     print(f"record:    {store.child_uri(run_key(args.run_id) + '/record.json')}")
     if failed:
-        print(f"failed tasks: {failed} (see {args.log})")
+        print(f"steps without a result: {', '.join(failed)} (see {args.log})")
     print(f"endpoint:  {endpoint}/v1  (OpenAI-compatible; model {served!r})")
     body = json.dumps({"model": served, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16})
     print(f"try:       curl -s {endpoint}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")

@@ -23,8 +23,9 @@ def redact(value: Any) -> Any:
 
 
 def build_record(
-    *, run_id: str, target: str, params: dict[str, Any], parts: dict[str, Any], task_states: dict[str, str]
+    *, run_id: str, target: str, params: dict[str, Any], parts: dict[str, Any]
 ) -> dict[str, Any]:
+    """``steps`` says which pipeline steps produced their result (a failed step leaves ``missing``)."""
     model = parts.get("model") or {}
     config = parts.get("serve_config")
     bench = parts.get("benchmark") or {}
@@ -47,6 +48,6 @@ def build_record(
             "endpoint": (parts.get("deployed") or {}).get("endpoint"),
             "smoke": parts.get("smoke"),
             "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri")},
-            "task_states": task_states,
+            "steps": {name: ("done" if value else "missing") for name, value in parts.items()},
         }
     )

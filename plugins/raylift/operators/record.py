@@ -22,17 +22,12 @@ class RunRecordOperator(TargetOperator):
         from raylift.run_record import build_record
         from raylift.store import open_store
 
-        dag_run = context["dag_run"]
-        states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()} if hasattr(
-            dag_run, "get_task_instances"
-        ) else {}
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
         record = build_record(
             run_id=context["run_id"],
             target=self.target,
             params=dict(context["params"]),
             parts={**self.parts, "serve_config": config},
-            task_states=states,
         )
         store = open_store(self.target_impl.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
         key = f"{run_key(context['run_id'])}/record.json"

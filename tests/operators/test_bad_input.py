@@ -1,0 +1,133 @@
+"""Bad input fails the right step early, with a message naming the field — and touches nothing serving.
+
+These run the real operator/target code paths; nothing is mocked. The engine-arg check runs vLLM in
+the runtime environment, as the deploy task does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from raylift.errors import ModelSourceError, RayliftValueError, UnknownTargetError
+from raylift.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "dags"))
+
+
+@pytest.fixture()
+def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path))
+    monkeypatch.setenv("RAYLIFT_DASHBOARD_PORT", "18999")  # nothing listens there
+    return tmp_path
+
+
+def deploy_dag():
+    import raylift_deploy
+
+    return raylift_deploy.dag
+
+
+def validate(conf: dict) -> None:
+    """What Airflow does with a trigger's conf: merge it into the DAG's Params and validate."""
+    import copy
+
+    params = copy.deepcopy(deploy_dag().params)
+    params.update(conf)
+    params.validate()
+
+
+def test_unknown_target_names_the_choices() -> None:
+    with pytest.raises(UnknownTargetError, match=r"'gcp'.*\['ecs', 'eks', 'local'\]"):
+        get_target("gcp")
+
+
+def test_unknown_target_is_refused_by_the_params_form() -> None:
+    with pytest.raises(Exception, match="target"):
+        validate({"target": "gcp"})
+
+
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"replicas": -1}, "replicas"),
+        ({"workers": -2}, "workers"),
+        ({"served_name": "bad name!"}, "served_name"),
+        ({"engine_args": "max_model_len=5"}, "engine_args"),
+        ({"slos": {"max_error_rate": 2}}, "slos"),
+        ({"concurrency": [0]}, "concurrency"),
+    ],
+)
+def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> None:
+    with pytest.raises(Exception, match=field):
+        validate(conf)
+
+
+def test_good_params_validate() -> None:
+    validate({"replicas": 0, "workers": 0, "concurrency": [1, 8]})
+
+
+def test_negative_replicas_refused_by_the_operator_too(local_home: Path) -> None:
+    """The REST API can bypass the form's defaults; the operator checks again before touching anything."""
+    from raylift.operators.deploy import ServeDeployOperator
+
+    op = ServeDeployOperator(
+        task_id="deploy", artifact={"digest": "x", "working_dir": "file:///x.zip"},
+        model={"model_id": "m", "revision": "r", "uri": "/m", "manifest_uri": "/m/x"},
+        served_name="s", replicas=-1,
+    )
+    with pytest.raises(RayliftValueError, match="'replicas' must be >= 0"):
+        op.render()
+
+
+def test_negative_workers_refused_before_any_process_starts(local_home: Path) -> None:
+    from raylift.operators.cluster import ScaleClusterOperator
+
+    with pytest.raises(RayliftValueError, match="'workers' must be >= 0"):
+        ScaleClusterOperator(task_id="scale", workers=-1).execute({})
+    assert not (local_home / "cluster").exists()
+
+
+def test_nonexistent_model_path_fails_stage(local_home: Path) -> None:
+    with pytest.raises(ModelSourceError, match="does not exist"):
+        get_target("local").stage_model(source=str(local_home / "missing"), model_id="m")
+
+
+def test_model_dir_without_weights_fails_stage(local_home: Path) -> None:
+    model = local_home / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ModelSourceError, match="no weights"):
+        get_target("local").stage_model(source=str(model), model_id="m")
+
+
+def test_deploy_without_a_cluster_says_to_scale_first(local_home: Path) -> None:
+    from raylift.errors import ClusterError
+
+    with pytest.raises(ClusterError, match="run the scale step"):
+        get_target("local").current_serve_config()
+
+
+@pytest.mark.parametrize(
+    "engine_args, match",
+    [
+        ({"max_model_lenn": 512}, "field 'max_model_lenn'"),
+        ({"max_model_len": 10**7}, "max_model_len"),
+    ],
+)
+def test_engine_args_vllm_rejects_are_named(engine_args: dict, match: str) -> None:
+    from tests.fixtures.local_stack import tiny_model_path
+
+    target = get_target("local")
+    with pytest.raises(RayliftValueError, match=match):
+        target.validate_engine_args(str(tiny_model_path()), engine_args)
+
+
+def test_valid_engine_args_pass() -> None:
+    from tests.fixtures.local_stack import tiny_model_path
+
+    get_target("local").validate_engine_args(str(tiny_model_path()), {"max_model_len": 512})
