@@ -15,7 +15,7 @@ from raylift.operators.benchmark import BenchmarkOperator
 from raylift.operators.build import BuildArtifactOperator
 from raylift.operators.cluster import ScaleClusterOperator
 from raylift.operators.deploy import ServeDeployOperator
-from raylift.operators.record import RunRecordOperator
+from raylift.operators.record import FailRunIfAnyFailedOperator, RunRecordOperator
 from raylift.operators.smoke import SmokeTestOperator
 from raylift.operators.stage import StageModelOperator
 from raylift.sensors.cluster import RayClusterReadySensor
@@ -86,3 +86,4 @@ with DAG(
         **TARGET,
     )
     chain(build, stage, scale, ready, deploy, smoke, benchmark, record)
+    [build, stage, scale, ready, deploy, smoke, benchmark, record] >> FailRunIfAnyFailedOperator(task_id="fail_run_if_any_failed")

@@ -42,6 +42,10 @@ class LocalSettings:
     gcs_port: int = field(default_factory=lambda: _env_int("RAYLIFT_RAY_PORT", 6390))
     dashboard_port: int = field(default_factory=lambda: _env_int("RAYLIFT_DASHBOARD_PORT", 8265))
     serve_port: int = field(default_factory=lambda: _env_int("RAYLIFT_SERVE_PORT", 8000))
+    # Fixed ports Ray would otherwise share between two clusters on one machine (client server,
+    # dashboard agent per node). Keep all of these outside Ray's worker port range (10002-19999).
+    client_server_port: int = field(default_factory=lambda: _env_int("RAYLIFT_CLIENT_PORT", 10001))
+    agent_port_base: int = field(default_factory=lambda: _env_int("RAYLIFT_AGENT_PORT", 52365))
     head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
     worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    s = make_stack(tmp_path_factory.mktemp("rl"), port_base=18000)
+    s = make_stack(tmp_path_factory.mktemp("rl"), port_base=21000)
     try:
         yield s
     finally:

@@ -140,6 +140,8 @@ class LocalRayCluster:
                 f"--dashboard-host={self.s.bind_host}",
                 f"--dashboard-port={self.s.dashboard_port}",
                 f"--num-cpus={self.s.head_num_cpus}",
+                f"--ray-client-server-port={self.s.client_server_port}",
+                f"--dashboard-agent-listen-port={self.s.agent_port_base}",
                 f"--object-store-memory={self.s.object_store_bytes}",
                 f"--temp-dir={self.temp_dir}",
             ],
@@ -179,6 +181,7 @@ class LocalRayCluster:
                         f"--address={self.s.bind_host}:{self.s.gcs_port}",
                         f"--node-ip-address={self.s.bind_host}",
                         f"--num-cpus={self.s.worker_num_cpus}",
+                        f"--dashboard-agent-listen-port={self.s.agent_port_base + 1 + index}",
                         f"--object-store-memory={self.s.object_store_bytes}",
                     ],
                 )

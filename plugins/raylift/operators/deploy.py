@@ -86,7 +86,10 @@ class ServeDeployOperator(TargetOperator):
         target = self.target_impl
         target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
         current = target.current_serve_config()
-        config = merge_app(current, app, defaults=self._base)
+        defaults = dict(self._base)
+        if (http := target.serve_http_options()) is not None:
+            defaults["http_options"] = http
+        config = merge_app(current, app, defaults=defaults)
         run_id = context["run_id"]
         self.state_for(str(self.app_name)).save_pre_deploy(run_id, current)
         target.apply_serve_config(config)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.sdk import BaseOperator
+
 from raylift.operators.base import TargetOperator
 
 
@@ -35,3 +37,20 @@ class RunRecordOperator(TargetOperator):
         uri = store.child_uri(key)
         self.log.info("run record written to %s", uri)
         return uri
+
+
+class FailRunIfAnyFailedOperator(BaseOperator):
+    """Leaf "watcher": runs only when an upstream task failed, and fails the DAG run.
+
+    The run record runs with trigger rule all_done so failures are recorded too; without this watcher
+    that successful leaf would mark a failed deploy's run as success.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "one_failed")
+        super().__init__(**kwargs)
+
+    def execute(self, context: Any) -> None:
+        from raylift.errors import RayliftError
+
+        raise RayliftError("A pipeline step failed (see the failed task's log for the reason); the run fails.")

@@ -126,6 +126,10 @@ class Target(ABC):
         """Scale to zero and stop what ``scale`` started. Idempotent."""
 
     # -- shared, overridable ---------------------------------------------------------------------
+    def serve_http_options(self) -> dict[str, Any] | None:
+        """Where Serve's HTTP proxy listens, when the target decides it (None: keep the config's)."""
+        return None
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
         """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM
         runtime rely on Serve reporting DEPLOY_FAILED (and the deploy rolling back) instead."""

@@ -72,6 +72,9 @@ class LocalTarget(Target):
             timeout_s=timeout_s,
         )
 
+    def serve_http_options(self) -> dict[str, Any]:
+        return {"host": self.settings.bind_host, "port": self.settings.serve_port}
+
     def endpoint_url(self) -> str:
         return self.settings.serve_url
 
