@@ -97,8 +97,11 @@ def test_broken_deploy_rolls_back_and_previous_app_keeps_answering(stack: LocalS
         stop.set()
         prober.join(30)
     out = result.stdout + result.stderr
+    (stack.home / "broken-deploy.log").write_text(out)
+    errors = "\n".join(line for line in out.splitlines() if "Error" in line or "Rolled back" in line)
     assert result.returncode != 0
-    assert "deliberately broken app" in out and "Rolled back" in out
+    assert "Rolled back: restored app 'llm' from the last good config" in out, errors[-3000:]
+    assert "DEPLOY_FAILED" in out, errors[-3000:]
     assert answered > 0 and failures == [], failures[:5]
     # after the rollback the previous version is RUNNING and answering
     deadline = time.monotonic() + 120

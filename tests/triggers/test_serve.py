@@ -35,3 +35,12 @@ def test_serialize_round_trip() -> None:
     assert path == "raylift.triggers.serve.ServeApplicationsTrigger"
     again = ServeApplicationsTrigger(**kwargs)
     assert again.serialize() == (path, kwargs)
+
+
+def test_failure_message_includes_the_deployments_own_error() -> None:
+    body = payload("DEPLOY_FAILED", 1001.0, "Failed to update the deployments ['LLMServer'].")
+    body["applications"]["llm"]["deployments"] = {
+        "LLMServer": {"status": "DEPLOY_FAILED", "message": "RuntimeError: deliberately broken app"}
+    }
+    event = trig().evaluate(body)
+    assert event is not None and "LLMServer: RuntimeError: deliberately broken app" in event["message"]

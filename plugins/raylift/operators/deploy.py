@@ -131,6 +131,7 @@ class ServeDeployOperator(TargetOperator):
         reason = event.get("message", "unknown")
         action = restore_app(self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name))
         raise DeployError(
-            f"Serve app {self.app_name!r} did not deploy ({event.get('status')}): {reason}\n"
+            f"Serve app {self.app_name!r} did not deploy ({event.get('app_status') or event.get('status')}): "
+            f"{reason}\n"
             f"Rolled back: {action}. Fix the app/config and redeploy."
         )

@@ -56,7 +56,14 @@ class ServeApplicationsTrigger(BaseTrigger):
             status = app.get("status") if fresh else "PENDING"
             statuses[name] = status
             if fresh and status in ("DEPLOY_FAILED", "UNHEALTHY"):
-                message = app.get("message") or "no message from Serve"
+                # The app-level message is often generic ("Failed to update the deployments");
+                # the deployments' own messages carry the replica's exception.
+                details = [
+                    f"{dep}: {info.get('message')}"
+                    for dep, info in (app.get("deployments") or {}).items()
+                    if info.get("message")
+                ]
+                message = "; ".join([app.get("message") or "no message from Serve", *details])
                 return {"status": "failed", "app": name, "app_status": status, "message": message}
         if all(s == "RUNNING" for s in statuses.values()):
             return {"status": "success", "apps": statuses}
