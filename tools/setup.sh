@@ -3,6 +3,7 @@
 #   control  - Airflow + providers + raylift + test tools (never imports vLLM)
 #   runtime  - Ray Serve + vLLM (CPU) + torch, what the Ray cluster runs
 #   tools    - (only with 'tools') checkov, whose pins clash with Airflow's
+#   browser  - Debian's chromium + chromium-driver (apt-get, root only) for the UI trigger test
 # Idempotent: each venv carries a stamp of its lock file's hash and is rebuilt only when it changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,9 +45,29 @@ install_tools() {
   "$UV" pip install -q --python "$TOOLS_VENV/bin/python" --no-deps -r requirements/tools.lock
 }
 
+install_browser() {  # Debian packages, not pip: the UI test drives the system chromium via selenium
+  if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+    say "browser: chromium + chromedriver present"; return
+  fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    say "browser: chromium/chromedriver missing and apt-get as root is not possible here;" \
+      "the UI trigger test will be skipped (install: apt-get install chromium chromium-driver)"
+    return
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-cache show chromium-driver >/dev/null 2>&1; then  # update the index only when it lacks them
+    say "browser: apt-get update"; apt-get update -qq
+  fi
+  say "browser: apt-get install chromium chromium-driver"
+  apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+}
+
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = control ]; then
   build_venv control "$CONTROL_VENV" "$(stamp_of requirements/control.lock pyproject.toml)" install_control
+fi
+if [ "$what" = all ] || [ "$what" = browser ]; then
+  install_browser
 fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
