@@ -60,8 +60,10 @@ class LLMServer:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from llm.model_location import resolve_model
+
         engine_args = AsyncEngineArgs(
-            model=self.args.model,
+            model=resolve_model(self.args.model),
             served_model_name=[self.args.served_model_name],
             disable_log_stats=True,
             **self.args.engine_args,

@@ -1,0 +1,115 @@
+"""serve_apps/llm/model_location.py: an s3:// model staged by raylift, pulled into a replica's cache
+(moto server over HTTP), or found under a mounted path; checked against raylift's manifest."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+
+import boto3
+import pytest
+
+from raylift.aws.model_staging import S3Destination, stage_model_to_s3
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "raylift-models"
+
+
+def load_module() -> ModuleType:
+    """The module as the replica imports it (serve_apps is not a package of the control env)."""
+    spec = importlib.util.spec_from_file_location("model_location", ROOT / "serve_apps/llm/model_location.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ml = load_module()
+
+
+@pytest.fixture()
+def staged(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A small model staged by raylift itself: s3://raylift-models/models/tiny/main (+ manifest)."""
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(ml.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.delenv(ml.MOUNT_ENV, raising=False)
+    boto3.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    src = tmp_path / "model"
+    (src / "sub").mkdir(parents=True)
+    (src / "config.json").write_text('{"model_type": "llama"}')
+    (src / "model.safetensors").write_bytes(os.urandom(3000))
+    (src / "sub" / "tokenizer.json").write_text("{}")
+    staged = stage_model_to_s3(
+        source=str(src), model_id="tiny", revision="main", destination=S3Destination(BUCKET), cache_dir=tmp_path / "c"
+    )
+    return staged.uri
+
+
+def test_local_paths_and_hub_ids_pass_through() -> None:
+    assert ml.resolve_model("/models/tiny") == "/models/tiny"
+    assert ml.resolve_model("org/name") == "org/name"
+
+
+def test_s3_model_is_downloaded_verified_and_reused(staged: str, tmp_path: Path) -> None:
+    folder = Path(ml.resolve_model(staged))
+    assert folder == tmp_path / "cache" / BUCKET / "models/tiny/main"
+    assert (folder / "sub/tokenizer.json").read_text() == "{}"
+    assert len((folder / "model.safetensors").read_bytes()) == 3000
+    mtime = (folder / "model.safetensors").stat().st_mtime_ns
+
+    (folder / "sub/tokenizer.json").write_text("{ }")  # damaged copy: fetched again
+    (folder / "old-shard.safetensors").write_bytes(b"x")  # not staged: removed, vLLM must not load it
+    assert Path(ml.resolve_model(staged)) == folder
+    assert (folder / "sub/tokenizer.json").read_text() == "{}"
+    assert not (folder / "old-shard.safetensors").exists()
+    assert (folder / "model.safetensors").stat().st_mtime_ns == mtime  # unchanged file kept, not re-downloaded
+
+
+def test_object_that_differs_from_the_manifest_is_refused(staged: str) -> None:
+    boto3.client("s3").put_object(Bucket=BUCKET, Key="models/tiny/main/config.json", Body=b'{"model_type": "gpt2"}')
+    with pytest.raises(ml.ModelLocationError, match="config.json does not match raylift's manifest"):
+        ml.resolve_model(staged)
+
+
+def test_manifest_paths_that_escape_the_prefix_are_refused(staged: str) -> None:
+    s3 = boto3.client("s3")
+    key = "models/tiny/main/raylift-manifest.json"
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    manifest["files"]["../../other/secret"] = {"size": 1, "sha256": "0" * 64}
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(manifest).encode())
+    with pytest.raises(ml.ModelLocationError, match="escape"):
+        ml.resolve_model(staged)
+
+
+def test_incomplete_staging_is_refused(staged: str) -> None:
+    s3 = boto3.client("s3")
+    key = "models/tiny/main/raylift-manifest.json"
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()) | {"complete": False}
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(manifest).encode())
+    with pytest.raises(ml.ModelLocationError, match="did not finish"):
+        ml.resolve_model(staged)
+
+
+def test_mounted_copy_is_used_without_downloading(staged: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a mount of the bucket's models/ prefix at HF_HOME, as a Mountpoint-for-S3 volume would show it
+    mount = tmp_path / "mnt"
+    s3 = boto3.client("s3")
+    for obj in s3.list_objects_v2(Bucket=BUCKET, Prefix="models/")["Contents"]:
+        path = mount / obj["Key"].removeprefix("models/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read())
+    monkeypatch.setenv("HF_HOME", str(mount))
+    assert ml.resolve_model(staged) == str(mount / "tiny/main")
+    assert not (tmp_path / "cache").exists()
+    (mount / "tiny/main/model.safetensors").write_bytes(b"short")  # a copy that is not the staged one
+    assert ml.resolve_model(staged) == str(tmp_path / "cache" / BUCKET / "models/tiny/main")
+
+
+def test_unreadable_bucket_names_the_fix(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ml.CACHE_ENV, str(tmp_path / "cache"))
+    with pytest.raises(ml.ModelLocationError, match="no-such-bucket.*credentials"):
+        ml.resolve_model("s3://no-such-bucket/models/tiny/main")
