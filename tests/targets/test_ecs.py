@@ -74,8 +74,8 @@ def dashboard() -> Iterator[tuple[Dashboard, int]]:
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A minimal checkout: the image's Dockerfile, the runtime lock and a serve app."""
     root = tmp_path / "repo"
-    (root / "images/ray-vllm").mkdir(parents=True)
-    (root / "images/ray-vllm/Dockerfile").write_text("FROM rayproject/ray:2.60.0-py311-gpu\n")
+    (root / "images/ray-vllm-gpu").mkdir(parents=True)
+    (root / "images/ray-vllm-gpu/Dockerfile").write_text("FROM rayproject/ray:2.60.0-py311-gpu\n")
     (root / "requirements").mkdir()
     (root / "requirements/runtime.lock").write_text("vllm==0.11.0\n")
     (root / "serve_apps/llm").mkdir(parents=True)
@@ -109,7 +109,7 @@ def test_options_are_checked() -> None:
 
 
 def test_build_reuses_image_when_ecr_has_the_content_tag(infra: None, checkout: Path) -> None:
-    tag = image_tag(image_content_digest(checkout, "ray-vllm"))
+    tag = image_tag(image_content_digest(checkout, "ray-vllm-gpu"))
     uri = ecr_repository("ray-vllm", tags=(tag,))
     artifact = target().build_artifact()
     assert artifact.reused is True and artifact.image == f"{uri}:{tag}"
@@ -186,7 +186,7 @@ def test_head_found_through_cloud_map(aws: str, monkeypatch: pytest.MonkeyPatch)
     sd = boto3.client("servicediscovery")
     op = sd.create_http_namespace(Name="ray.local")["OperationId"]
     ns_id = sd.get_operation(OperationId=op)["Operation"]["Targets"]["NAMESPACE"]
-    service_id = sd.create_service(Name="ray-head", NamespaceId=ns_id)["Service"]["Id"]
+    service_id = sd.create_service(Name="head", NamespaceId=ns_id)["Service"]["Id"]
     sd.register_instance(ServiceId=service_id, InstanceId="task-1", Attributes={"AWS_INSTANCE_IPV4": "10.0.3.7"})
     t = EcsTarget(cluster="ray", bucket=BUCKET, cloud_map_namespace="ray.local")
     assert t.dashboard_url() == "http://10.0.3.7:8265"

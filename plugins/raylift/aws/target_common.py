@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylift.artifact import PackageInputs, build_package
 from raylift.aws.content import RUNTIME_LOCK, image_content_digest, image_tag
@@ -14,6 +14,9 @@ from raylift.aws.model_staging import S3Destination, stage_model_to_s3
 from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
 from raylift.errors import RayliftValueError
 from raylift.targets.base import Artifact, StagedModel, Target
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,7 @@ class AwsOptions:
     storage_class: str | None = None
     hf_conn_id: str | None = None
     ecr_repository: str = "ray-vllm"
-    image_name: str = "ray-vllm"  # images/<image_name>/Dockerfile
+    image_name: str = "ray-vllm-gpu"  # images/<image_name>/Dockerfile
     codebuild_project: str = "raylift-image"
     build_poll_interval_s: float = 15.0
     build_timeout_s: float = 3600.0
@@ -93,6 +96,11 @@ class AwsTarget(Target):
         repo = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
         return f"{repo.repository_uri(self.aws.ecr_repository)}:{image_tag(image_content_digest(self.root, self.aws.image_name))}"
 
+    def _s3_client(self) -> Any:
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        return S3Hook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name).get_conn()
+
     def upload_working_dir(self, *, force: bool = False) -> str:
         """Zip ``serve_apps/`` (content-addressed) and put it in S3 once; returns its ``s3://`` URI."""
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
@@ -111,8 +119,13 @@ class AwsTarget(Target):
         from raylift.hooks.codebuild import CodeBuildHook
         from raylift.hooks.ecr import EcrImageHook
 
+        from raylift.aws.identity import caller_identity, check_bucket
+
         digest = image_content_digest(self.root, self.aws.image_name)
         tag = image_tag(digest)
+        # Who am I and can I reach the bucket: a clear error now rather than a raw one mid-upload.
+        caller_identity(self.aws.aws_conn_id, self.aws.region_name)
+        check_bucket(self._s3_client(), self.aws.bucket)
         working_dir = self.upload_working_dir(force=force)
         ecr = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
         repo_uri = ecr.repository_uri(self.aws.ecr_repository)
@@ -144,8 +157,15 @@ class AwsTarget(Target):
             timeout_s=self.aws.build_timeout_s,
         )
 
+    def start_build(self, *, force: bool = False) -> tuple[Artifact, BaseTrigger | None]:
+        """The artifact, and the CodeBuild trigger to defer on while its image is built (None: reused)."""
+        build = self.start_artifact_build(force=force)
+        if build.build_id is None:
+            return self.finish_build(build.artifact), None
+        return build.artifact, self.build_trigger(build)
+
     def build_artifact(self, *, force: bool = False) -> Artifact:
-        """Build (or reuse) the image and wait in-process; deferrable callers use start_artifact_build + build_trigger."""
+        """Build (or reuse) the image and wait in-process; deferrable callers use start_build + finish_build."""
         from raylift.hooks.codebuild import CodeBuildHook
 
         build = self.start_artifact_build(force=force)
@@ -153,13 +173,64 @@ class AwsTarget(Target):
             CodeBuildHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name).wait_for_build(
                 build.build_id, poll_interval_s=self.aws.build_poll_interval_s, timeout_s=self.aws.build_timeout_s
             )
-        return build.artifact
+        return self.finish_build(build.artifact)
+
+
+# The names tools/tf_outputs_to_airflow.py gives terraform outputs in ``target_options`` (what the
+# docs tell users to pass as is), for the shared AWS options; each target maps its own ones.
+STACK_NAMES = {"region": "region_name", "image_repository": "ecr_repository"}
+
+
+def rename_options(options: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """``options`` with stack names (``names`` keys) renamed; both spellings with different values is an error."""
+    out = dict(options)
+    for stack_name, own in names.items():
+        if stack_name not in out:
+            continue
+        value = out.pop(stack_name)
+        if own in out and out[own] != value:
+            raise RayliftValueError(
+                f"target options {stack_name!r} ({value!r}) and {own!r} ({out[own]!r}) disagree: give one of them."
+            )
+        out[own] = value
+    return out
+
+
+def one_of(name: str, value: Any, stack_name: str, stack_value: Any) -> Any:
+    """The option given under our ``name`` or the stack's ``stack_name``; both with different values is an error."""
+    if value is not None and stack_value is not None and value != stack_value:
+        raise RayliftValueError(
+            f"target options {stack_name!r} ({stack_value!r}) and {name!r} ({value!r}) disagree: give one of them."
+        )
+    return value if value is not None else stack_value
+
+
+def stack_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Translate the shared stack names: ``region``, ``image_repository`` (an ECR URL: its repository
+    name is kept) and ``model_store_uri`` (``s3://bucket/prefix`` -> ``bucket`` + ``model_prefix``)."""
+    out = rename_options(options, STACK_NAMES)
+    repo = out.get("ecr_repository")
+    if isinstance(repo, str) and ".dkr.ecr." in repo.split("/", 1)[0]:
+        out["ecr_repository"] = repo.split("/", 1)[1] if "/" in repo else repo
+    uri = out.pop("model_store_uri", None)
+    if uri is not None:
+        if not isinstance(uri, str) or not uri.startswith("s3://") or not uri[5:].split("/", 1)[0]:
+            raise RayliftValueError(f"target option 'model_store_uri' must be s3://bucket[/prefix], got {uri!r}.")
+        bucket, _, prefix = uri[5:].partition("/")
+        for key, value in (("bucket", bucket), ("model_prefix", prefix.strip("/") or "models")):
+            if key in out and out[key] != value:
+                raise RayliftValueError(
+                    f"target options 'model_store_uri' ({uri!r}) and {key!r} ({out[key]!r}) disagree: give one of them."
+                )
+            out[key] = value
+    return out
 
 
 def split_options(options: dict[str, Any]) -> tuple[AwsOptions, dict[str, Any]]:
     """Separate the shared AWS options from a target's own ones."""
     import dataclasses
 
+    options = stack_options(options)
     names = {f.name for f in dataclasses.fields(AwsOptions)}
     return AwsOptions(**{k: v for k, v in options.items() if k in names}), {
         k: v for k, v in options.items() if k not in names

@@ -44,3 +44,33 @@ class EcrImageHook(EcrHook):
                 ) from None
             raise
         return bool(reply.get("imageDetails"))
+
+    def retag(self, repository: str, source_tag: str, target_tag: str) -> bool:
+        """Point ``target_tag`` at the image ``source_tag`` names (same manifest, no pull/push).
+
+        Returns False when it already did. BuildError when ``source_tag`` is not in the repository.
+        """
+        from botocore.exceptions import ClientError
+
+        reply = self.conn.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": source_tag}])
+        images = reply.get("images") or []
+        if not images:
+            raise BuildError(
+                f"ECR {repository}:{source_tag} is missing, so {target_tag!r} cannot point at it: "
+                "the build did not push its image (see the build logs)."
+            )
+        image = images[0]
+        kwargs: dict[str, Any] = {
+            "repositoryName": repository,
+            "imageManifest": image["imageManifest"],
+            "imageTag": target_tag,
+        }
+        if image.get("imageManifestMediaType"):
+            kwargs["imageManifestMediaType"] = image["imageManifestMediaType"]
+        try:
+            self.conn.put_image(**kwargs)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ImageAlreadyExistsException":
+                return False
+            raise
+        return True

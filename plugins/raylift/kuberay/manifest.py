@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from raylift import config
 from raylift.errors import RayliftValueError
@@ -67,6 +67,7 @@ def render_rayservice(
     ray_version: str = config.RAY_VERSION,
     hf_token_secret: str | None = None,
     model_volume_claim: str | None = None,
+    service_account: str | None = None,
 ) -> dict[str, Any]:
     """A RayService manifest (plain dict, ready for server-side apply).
 
@@ -79,6 +80,8 @@ def render_rayservice(
     :param hf_token_secret: name of a Kubernetes Secret whose ``token`` key becomes ``HF_TOKEN``.
     :param model_volume_claim: a PersistentVolumeClaim (e.g. bound to a Mountpoint-for-S3 CSI volume)
         mounted read-only at ``hf_home``.
+    :param service_account: the Ray pods' ServiceAccount (e.g. the one EKS Pod Identity lets read the
+        model bucket, so replicas can pull ``s3://`` models and working dirs).
     """
     node_profile = get_profile(profile)
     _check_name(name)
@@ -92,6 +95,7 @@ def render_rayservice(
         raise InvalidRayServiceError("model_volume_claim needs hf_home: the path to mount the models at.")
     env_list = _env(node_profile, env or {}, hf_home, hf_token_secret)
     mounts = _model_volume(hf_home, model_volume_claim)
+    pod = _PodExtras(mounts, service_account)
 
     upgrade: dict[str, Any] = {"type": upgrade_strategy}
     if upgrade_strategy == "NewClusterWithIncrementalUpgrade":
@@ -106,7 +110,7 @@ def render_rayservice(
                 "minReplicas": workers,
                 "maxReplicas": max(workers, group.max_replicas),
                 "rayStartParams": dict(group.pod.ray_start_params),
-                "template": _pod_template(group.pod, image, "ray-worker", env_list, mounts, head=False),
+                "template": _pod_template(group.pod, image, "ray-worker", env_list, pod, head=False),
             }
         )
     return {
@@ -130,7 +134,7 @@ def render_rayservice(
                 "headGroupSpec": {
                     "rayStartParams": dict(node_profile.head.ray_start_params),
                     "template": _pod_template(
-                        node_profile.head, image, "ray-head", env_list, mounts, head=True
+                        node_profile.head, image, "ray-head", env_list, pod, head=True
                     ),
                 },
                 "workerGroupSpecs": worker_groups,
@@ -251,6 +255,13 @@ def _env(
 _Volumes = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # (pod volumes, container volumeMounts)
 
 
+class _PodExtras(NamedTuple):
+    """What every Ray pod of one RayService shares besides the profile: model volume, service account."""
+
+    volumes_and_mounts: _Volumes
+    service_account: str | None
+
+
 def _model_volume(hf_home: str | None, claim: str | None) -> _Volumes:
     if not claim:
         return [], []
@@ -264,11 +275,11 @@ def _pod_template(
     image: str,
     container_name: str,
     env: list[dict[str, Any]],
-    volumes_and_mounts: _Volumes,
+    extras: _PodExtras,
     *,
     head: bool,
 ) -> dict[str, Any]:
-    volumes, mounts = volumes_and_mounts
+    volumes, mounts = extras.volumes_and_mounts
     container: dict[str, Any] = {
         "name": container_name,
         "image": image,
@@ -287,6 +298,8 @@ def _pod_template(
     if mounts:
         container["volumeMounts"] = copy.deepcopy(mounts)
     spec: dict[str, Any] = {"containers": [container]}
+    if extras.service_account:
+        spec["serviceAccountName"] = extras.service_account
     if pod.node_selector:
         spec["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:

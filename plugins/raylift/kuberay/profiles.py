@@ -65,6 +65,7 @@ class NodeProfile:
     accelerator: str | None = None  # Kubernetes extended resource name, if any
     tensor_parallel_size: int = 1
     env: dict[str, str] = field(default_factory=dict)
+    nodegroup: str = ""  # key of its managed node group in terraform/examples/eks (output eks_nodegroups)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (for docs, XCom and the EKS target's headroom report)."""
@@ -104,6 +105,7 @@ PROFILES: dict[str, NodeProfile] = {
             ),
         ),
         accelerator=GPU_RESOURCE,
+        nodegroup="gpu",
     ),
     "graviton": NodeProfile(
         name="graviton",
@@ -128,6 +130,7 @@ PROFILES: dict[str, NodeProfile] = {
             ),
         ),
         env={"OMP_NUM_THREADS": "30"},
+        nodegroup="graviton",
     ),
     "inf2": NodeProfile(
         name="inf2",
@@ -154,6 +157,7 @@ PROFILES: dict[str, NodeProfile] = {
         accelerator=NEURON_RESOURCE,
         tensor_parallel_size=8,
         env={"NEURON_RT_NUM_CORES": "8"},
+        nodegroup="inferentia",
     ),
 }
 

@@ -2,28 +2,60 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from raylift.errors import BuildError
 from raylift.operators.base import Stopwatch, TargetOperator
+from raylift.targets.base import Artifact
+
+# Extra time the defer timeout allows over the trigger's own timeout (the trigger reports first).
+DEFER_MARGIN_S = 300
 
 
 class BuildArtifactOperator(TargetOperator):
-    """Content-addressed build: an unchanged tree reuses the artifact it already has."""
+    """Content-addressed build: an unchanged tree reuses the artifact it already has.
+
+    When the target builds remotely (CodeBuild on AWS), the task defers on the target's build trigger
+    instead of holding a worker slot, and fails with the failing phase, reason and logs link.
+    """
 
     template_fields = (*TargetOperator.template_fields, "force")
 
-    def __init__(self, *, force: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, force: bool = False, deferrable: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.force = force
+        self.deferrable = deferrable
 
     def execute(self, context: Any) -> dict[str, Any]:
         watch = Stopwatch()
-        artifact = self.target_impl.build_artifact(force=bool(self.force))
+        target = self.target_impl
+        if not self.deferrable:
+            return self._done(target.build_artifact(force=bool(self.force)), watch)
+        artifact, trigger = target.start_build(force=bool(self.force))
+        if trigger is None:
+            return self._done(artifact, watch)
+        self.log.info("building image %s; deferring until the build ends", artifact.image)
+        timeout_s = getattr(trigger, "timeout_s", None)
+        self.defer(
+            trigger=trigger,
+            method_name="execute_complete",
+            kwargs={"artifact": artifact.to_xcom()},
+            timeout=timedelta(seconds=timeout_s + DEFER_MARGIN_S) if timeout_s else None,
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any], artifact: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise BuildError(event.get("message") or f"The image build ended {event.get('status')}: {event}")
+        self.log.info("build %s succeeded (logs: %s)", event.get("build_id"), event.get("logs_url"))
+        return self._done(self.target_impl.finish_build(Artifact.from_xcom(artifact)), None)
+
+    def _done(self, artifact: Artifact, watch: Stopwatch | None) -> dict[str, Any]:
         self.log.info(
-            "artifact %s %s (%s) in %s",
+            "artifact %s %s (%s)%s",
             artifact.digest[:12],
             "reused" if artifact.reused else "built",
             artifact.image or artifact.working_dir,
-            watch,
+            f" in {watch}" if watch else "",
         )
         return artifact.to_xcom()

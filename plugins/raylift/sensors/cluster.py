@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
 from raylift.errors import ClusterError, ClusterNotReadyError
-from raylift.targets.base import ClusterExpectation
+from raylift.targets.base import ClusterExpectation, Target
+
+DEFER_MARGIN_S = 120
 
 
 class RayClusterReadySensor(BaseSensorOperator):
-    """Pokes ``target.cluster_state()``; on timeout the error names what is still missing."""
+    """Two stages: defer on the target's trigger for the slow part of a scale when it has one (ECS tasks
+    starting), then poke ``target.check_ready()`` until Ray itself reports the nodes and resources.
+    On timeout the error names what is still missing."""
 
     template_fields: Sequence[str] = ("target", "target_options", "expectation")
 
     def __init__(
-        self, *, expectation: Any, target: str = "local", target_options: dict[str, Any] | None = None, **kwargs: Any
+        self,
+        *,
+        expectation: Any,
+        target: str = "local",
+        target_options: dict[str, Any] | None = None,
+        deferrable: bool = True,
+        **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 3)
         kwargs.setdefault("timeout", 300)
@@ -25,23 +37,49 @@ class RayClusterReadySensor(BaseSensorOperator):
         self.target = target
         self.target_options = target_options or {}
         self.expectation = expectation
+        self.deferrable = deferrable
         self._last_gaps: list[str] = []
 
-    def poke(self, context: Any) -> bool:
+    @cached_property
+    def target_impl(self) -> Target:
         from raylift.targets import get_target
 
+        return get_target(self.target, **self.target_options)
+
+    def poke(self, context: Any) -> bool:
         want = ClusterExpectation.from_xcom(self.expectation)
         try:
-            state = get_target(self.target, **self.target_options).cluster_state()
+            state = self.target_impl.check_ready(want)
+        except ClusterNotReadyError as exc:
+            self._last_gaps = [str(exc)]
+            self.log.info("cluster not ready yet: %s", exc)
+            return False
         except ClusterError as exc:
             self._last_gaps = [str(exc)]
             self.log.info("cluster not reachable yet: %s", exc)
             return False
-        self._last_gaps = state.missing(want)
-        self.log.info("cluster has %s node(s) %s; missing: %s", state.nodes, state.resources, self._last_gaps or "nothing")
-        return not self._last_gaps
+        self._last_gaps = []
+        self.log.info("cluster has %s node(s) %s: ready", state.nodes, state.resources)
+        return True
 
     def execute(self, context: Any) -> Any:
+        trigger = self.target_impl.cluster_ready_trigger(ClusterExpectation.from_xcom(self.expectation))
+        if trigger is not None and self.deferrable:
+            timeout_s = getattr(trigger, "timeout_s", None)
+            self.defer(
+                trigger=trigger,
+                method_name="execute_complete",
+                timeout=timedelta(seconds=timeout_s + DEFER_MARGIN_S) if timeout_s else None,
+            )
+        return self._poke_until_ready(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        if event.get("status") != "success":
+            raise ClusterNotReadyError(event.get("message") or f"The cluster did not scale: {event}")
+        self.log.info("scaled: %s; now waiting for Ray to report the nodes", event.get("services") or event)
+        return self._poke_until_ready(context)
+
+    def _poke_until_ready(self, context: Any) -> Any:
         try:
             return super().execute(context)
         except Exception as exc:

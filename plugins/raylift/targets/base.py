@@ -68,6 +68,9 @@ class ClusterState(XcomRecord):
 
     nodes: int
     resources: dict[str, float] = field(default_factory=dict)
+    # Each alive node's resources, where the cluster reports them (the Ray dashboard does); empty
+    # otherwise. Lets the deploy step check per-node fits (a TP group within one node).
+    node_resources: list[dict[str, float]] = field(default_factory=list)
 
     def missing(self, want: ClusterExpectation) -> list[str]:
         """Human-readable shortfalls against ``want``; empty when the cluster is ready."""
@@ -95,6 +98,14 @@ class Target(ABC):
     def stage_model(self, *, source: str, model_id: str, revision: str | None = None) -> StagedModel:
         """Copy the model from ``source`` into the model store; skip files whose checksum matches."""
 
+    def start_build(self, *, force: bool = False) -> tuple[Artifact, BaseTrigger | None]:
+        """Begin the build: the artifact, and a trigger to defer on while it is produced (None: ready now)."""
+        return self.build_artifact(force=force), None
+
+    def finish_build(self, artifact: Artifact) -> Artifact:
+        """After a deferred build succeeded: what is left to do (e.g. re-point a moving image tag)."""
+        return artifact
+
     # -- cluster -------------------------------------------------------------------------------
     @abstractmethod
     def scale(self, *, workers: int) -> ClusterExpectation:
@@ -103,6 +114,20 @@ class Target(ABC):
     @abstractmethod
     def cluster_state(self) -> ClusterState:
         """Ask the running cluster what it has (raises ClusterError when it cannot be reached)."""
+
+    def cluster_ready_trigger(self, want: ClusterExpectation) -> BaseTrigger | None:
+        """A trigger for the slow first part of a scale (e.g. ECS tasks starting), or None to just poll."""
+        return None
+
+    def check_ready(self, want: ClusterExpectation) -> ClusterState:
+        """What the cluster reports, or ClusterNotReadyError naming what is still missing."""
+        from raylift.errors import ClusterNotReadyError
+
+        state = self.cluster_state()
+        gaps = state.missing(want)
+        if gaps:
+            raise ClusterNotReadyError(f"The Ray cluster is missing {', '.join(gaps)}.")
+        return state
 
     # -- serve ---------------------------------------------------------------------------------
     @abstractmethod

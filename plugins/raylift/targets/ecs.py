@@ -7,19 +7,25 @@ head, with the serve-app zip in S3 as ``runtime_env.working_dir`` and the image 
 
 from __future__ import annotations
 
+import logging
 import time
 from functools import cached_property
 from typing import Any
 
-from raylift.aws.target_common import AwsTarget, split_options
+from raylift.aws.target_common import AwsTarget, one_of, split_options
 from raylift.errors import ClusterNotReadyError, RayliftValueError
-from raylift.targets.base import ClusterExpectation, ClusterState
+from raylift.targets.base import Artifact, ClusterExpectation, ClusterState
+
+log = logging.getLogger(__name__)
 
 
 class EcsTarget(AwsTarget):
     """Options (all JSON): ``cluster``, ``head_service``, ``worker_service``, ``head_address`` or
-    ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``, ``endpoint``,
-    ``head_gpus``, ``worker_gpus``, plus the shared AWS options (``bucket``, ``ecr_repository``, ...)."""
+    ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``, ``serve_host``
+    (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
+    ``gpus_per_node`` for both), ``image_tag`` (the moving tag the task definitions run, re-pointed
+    at each build's content tag), plus the shared AWS options (``bucket``, ``ecr_repository``, ...).
+    The names ``raylift_target_options`` of the terraform stack uses are accepted as they are."""
 
     name = "ecs"
 
@@ -31,15 +37,24 @@ class EcsTarget(AwsTarget):
         worker_service: str = "ray-worker",
         head_address: str | None = None,
         cloud_map_namespace: str | None = None,
-        cloud_map_service: str = "ray-head",
+        cloud_map_service: str | None = None,
+        cloudmap_namespace: str | None = None,
+        cloudmap_service: str | None = None,
         dashboard_port: int = 8265,
         serve_port: int = 8000,
+        serve_host: str = "0.0.0.0",
         endpoint: str | None = None,
-        head_gpus: float = 4.0,
-        worker_gpus: float = 4.0,
+        head_gpus: float | None = None,
+        worker_gpus: float | None = None,
+        gpus_per_node: float = 4.0,
+        image_tag: str | None = None,
         scale_timeout_s: float = 900.0,
+        scale_poll_interval_s: float = 10.0,
         **options: Any,
     ) -> None:
+        # the stack's names (terraform output -> tools/tf_outputs_to_airflow.py) and ours
+        cloud_map_namespace = one_of("cloud_map_namespace", cloud_map_namespace, "cloudmap_namespace", cloudmap_namespace)
+        cloud_map_service = one_of("cloud_map_service", cloud_map_service, "cloudmap_service", cloudmap_service) or "head"
         aws, unknown = split_options(options)
         if unknown:
             raise RayliftValueError(f"Unknown ecs target option(s) {sorted(unknown)}: see EcsTarget's docstring.")
@@ -53,9 +68,12 @@ class EcsTarget(AwsTarget):
             cloud_map_namespace,
             cloud_map_service,
         )
-        self.dashboard_port, self.serve_port, self.endpoint = dashboard_port, serve_port, endpoint
-        self.head_gpus, self.worker_gpus = float(head_gpus), float(worker_gpus)
-        self.scale_timeout_s = scale_timeout_s
+        self.dashboard_port, self.serve_port, self.endpoint = int(dashboard_port), int(serve_port), endpoint
+        self.serve_host = serve_host
+        self.head_gpus = float(gpus_per_node if head_gpus is None else head_gpus)
+        self.worker_gpus = float(gpus_per_node if worker_gpus is None else worker_gpus)
+        self.image_tag = image_tag
+        self.scale_timeout_s, self.scale_poll_interval_s = scale_timeout_s, scale_poll_interval_s
 
     # -- hooks -------------------------------------------------------------------------------------
     def _ecs(self) -> Any:
@@ -84,6 +102,21 @@ class EcsTarget(AwsTarget):
 
         return RayDashboardHook(self.dashboard_url())
 
+    # -- artifact ----------------------------------------------------------------------------------
+    def finish_build(self, artifact: Artifact) -> Artifact:
+        """Re-point the moving ``image_tag`` the task definitions run at this build's content tag."""
+        if self.image_tag and artifact.image:
+            from raylift.hooks.ecr import EcrImageHook
+
+            content_tag = artifact.image.rsplit(":", 1)[1]
+            hook = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+            if hook.retag(self.aws.ecr_repository, content_tag, self.image_tag):
+                log.info(
+                    "ECR %s:%s now points at %s; ECS tasks started from now on run it",
+                    self.aws.ecr_repository, self.image_tag, content_tag,
+                )
+        return artifact
+
     # -- cluster -----------------------------------------------------------------------------------
     def expectation(self, workers: int) -> ClusterExpectation:
         gpus = self.head_gpus + workers * self.worker_gpus
@@ -98,7 +131,11 @@ class EcsTarget(AwsTarget):
         ecs.scale_service(self.cluster, self.worker_service, workers)
         return self.expectation(workers)
 
-    def scale_trigger(self, *, workers: int, timeout_s: float | None = None, poll_interval_s: float = 10.0) -> Any:
+    def cluster_ready_trigger(self, want: ClusterExpectation) -> Any:
+        """Defer until ECS runs the head and the workers ``want`` counts (Ray is asked afterwards)."""
+        return self.scale_trigger(workers=max(want.nodes - 1, 0))
+
+    def scale_trigger(self, *, workers: int, timeout_s: float | None = None, poll_interval_s: float | None = None) -> Any:
         """Defer until the head and ``workers`` worker tasks run (then ask Ray with cluster_state)."""
         from raylift.triggers.ecs import EcsServicesRunningTrigger
 
@@ -107,7 +144,7 @@ class EcsTarget(AwsTarget):
             {self.head_service: 1, self.worker_service: workers},
             aws_conn_id=self.aws.aws_conn_id,
             region_name=self.aws.region_name,
-            poll_interval_s=poll_interval_s,
+            poll_interval_s=poll_interval_s or self.scale_poll_interval_s,
             timeout_s=timeout_s or self.scale_timeout_s,
         )
 
@@ -141,6 +178,10 @@ class EcsTarget(AwsTarget):
         return ServeApplicationsTrigger(
             dashboard_url=self.dashboard_url(), app_names=app_names, submitted_at=time.time(), timeout_s=timeout_s
         )
+
+    def serve_http_options(self) -> dict[str, Any]:
+        """Serve's proxy on the head: reachable from the VPC (``serve_host``) on ``serve_port``."""
+        return {"host": self.serve_host, "port": self.serve_port}
 
     def endpoint_url(self) -> str:
         return (self.endpoint or f"http://{self.head_host()}:{self.serve_port}").rstrip("/")

@@ -13,7 +13,7 @@ import math
 from functools import cached_property
 from typing import Any
 
-from raylift.aws.target_common import AwsTarget, split_options
+from raylift.aws.target_common import AwsTarget, one_of, split_options
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.targets.base import ClusterExpectation, ClusterState
 
@@ -26,16 +26,18 @@ class EksTarget(AwsTarget):
     """Options (all JSON): ``cluster_name``, ``worker_nodegroup``, ``head_nodegroup``, ``kubernetes_conn_id``
     (None: a kubeconfig is minted from the AWS connection), ``namespace``, ``rayservice_name``, ``profile``,
     ``upgrade_strategy``, ``accelerators_per_node``, ``image``, ``hf_home``, ``model_volume_claim``,
-    ``hf_token_secret``, ``endpoint``, ``workers`` (fallback when no scale was recorded), plus the shared
-    AWS options (``bucket``, ``ecr_repository``, ...)."""
+    ``hf_token_secret``, ``service_account``, ``endpoint``, ``workers`` (fallback when no scale was
+    recorded), plus the shared AWS options (``bucket``, ``ecr_repository``, ...). The terraform stack's
+    names are accepted as they are: ``cluster``, and ``nodegroups`` (``{"gpu": ..., "graviton": ...,
+    "inferentia": ...}``, from which the profile's group is the worker node group)."""
 
     name = "eks"
 
     def __init__(
         self,
         *,
-        cluster_name: str,
-        worker_nodegroup: str,
+        cluster_name: str | None = None,
+        worker_nodegroup: str | None = None,
         head_nodegroup: str | None = None,
         kubernetes_conn_id: str | None = None,
         namespace: str = "raylift",
@@ -47,20 +49,30 @@ class EksTarget(AwsTarget):
         hf_home: str | None = None,
         model_volume_claim: str | None = None,
         hf_token_secret: str | None = None,
+        service_account: str | None = None,
         endpoint: str | None = None,
         workers: int = 1,
         poll_interval_s: float = 5.0,
+        cluster: str | None = None,
+        nodegroups: dict[str, str] | None = None,
         **options: Any,
     ) -> None:
         aws, unknown = split_options(options)
         if unknown:
             raise RayliftValueError(f"Unknown eks target option(s) {sorted(unknown)}: see EksTarget's docstring.")
         super().__init__(aws)
+        cluster_name = one_of("cluster_name", cluster_name, "cluster", cluster)
+        worker_nodegroup = one_of("worker_nodegroup", worker_nodegroup, "nodegroups", _profile_group(nodegroups, profile))
+        if not cluster_name or not worker_nodegroup:
+            raise RayliftValueError(
+                "The eks target needs 'cluster_name' (or 'cluster') and 'worker_nodegroup' (or 'nodegroups')."
+            )
         self.cluster_name, self.worker_nodegroup, self.head_nodegroup = cluster_name, worker_nodegroup, head_nodegroup
         self.kubernetes_conn_id, self.namespace, self.rayservice_name = kubernetes_conn_id, namespace, rayservice_name
         self.profile, self.upgrade_strategy = profile, upgrade_strategy
         self.accelerators_per_node, self.image = accelerators_per_node, image
         self.hf_home, self.model_volume_claim, self.hf_token_secret = hf_home, model_volume_claim, hf_token_secret
+        self.service_account = service_account
         self.endpoint, self.default_workers, self.poll_interval_s = endpoint, workers, poll_interval_s
 
     # -- hooks -------------------------------------------------------------------------------------
@@ -207,6 +219,7 @@ class EksTarget(AwsTarget):
             upgrade_strategy=self.upgrade_strategy,
             hf_token_secret=self.hf_token_secret,
             model_volume_claim=self.model_volume_claim,
+            service_account=self.service_account,
         )
         validate_rayservice(manifest)
         return manifest
@@ -259,3 +272,18 @@ class EksTarget(AwsTarget):
         eks.scale_nodegroup(self.cluster_name, self.worker_nodegroup, 0)
         if self.head_nodegroup:
             eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 0)
+
+
+def _profile_group(nodegroups: dict[str, str] | None, profile: str) -> str | None:
+    """The node group for ``profile`` out of the stack's ``{key: name}`` map (None when not given)."""
+    if nodegroups is None:
+        return None
+    from raylift.kuberay.profiles import get_profile
+
+    key = get_profile(profile).nodegroup
+    if not isinstance(nodegroups, dict) or key not in nodegroups:
+        raise RayliftValueError(
+            f"target option 'nodegroups' has no {key!r} group for profile {profile!r} (it has "
+            f"{sorted(nodegroups) if isinstance(nodegroups, dict) else nodegroups!r}): set 'worker_nodegroup'."
+        )
+    return nodegroups[key]
