@@ -4,9 +4,11 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from raylift.bench.loadgen import LoadGenerator, RunOutcome, check_endpoint
+from raylift.bench.metrics import distribution
 from raylift.bench.profiles import RequestProfile, generate_requests
 from raylift.errors import EndpointNotAllowedError
 
@@ -37,59 +39,62 @@ def test_accepts_loopback(url: str) -> None:
     assert not check_endpoint(url).endswith(("/", "/v1"))
 
 
-async def _raw_ttft_ms(port: int, concurrency: int, tokens: int) -> list[float]:
-    """TTFTs seen by a bare asyncio socket client: the floor this machine and the stub allow."""
-    body = b'{"model":"m","prompt":"a b c","max_tokens":%d,"stream":true}' % tokens
-    request = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body)) + body
-    out: list[float] = []
-
-    async def one() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(2):
-            t0, first, buf = time.perf_counter(), None, b""
-            writer.write(request)
-            while not buf.endswith(b"0\r\n\r\n"):
-                data = await reader.read(65536)
-                if first is None and b"tok" in data:
-                    first = time.perf_counter()
-                buf += data
-            out.append((first - t0) * 1e3)
-        writer.close()
-
-    await asyncio.gather(*(one() for _ in range(concurrency)))
-    return out[concurrency:]  # the second round, on open connections
+TOLERANCE = {"ttft_ms": max(0.02 * 200.0, 1.0), "itl_ms": max(0.02 * 40.0, 1.0)}  # 2 % or 1 ms
+INJECTED = {"ttft_ms": 200.0, "itl_ms": 40.0}
 
 
-@pytest.mark.parametrize("concurrency", [
-    1,
-    pytest.param(64, marks=pytest.mark.xfail(strict=False, reason=(
-        "known gap: 64 simultaneous starts through httpx add ~30 ms TTFT over a bare socket client "
-        "on 2 shared cores (ITL stays within 1 ms)"))),
-])
+async def _accuracy_round(gen: LoadGenerator, url: str, concurrency: int) -> tuple[dict, dict]:
+    """One untimed round (as a long benchmark would have had), then 2 × concurrency measured
+    requests; returns the client's summary and the delays the stub reports it produced for them."""
+    profile = RequestProfile("acc", 16, 0, 12, 0)
+    await gen.run_concurrency(generate_requests(profile, concurrency, seed_offset=1), concurrency, max_seconds=30)
+    httpx.get(f"{url}/stats", timeout=5)  # forget the untimed round
+    outcome = await gen.run_concurrency(generate_requests(profile, 2 * concurrency), concurrency, max_seconds=30)
+    done = httpx.get(f"{url}/stats", timeout=5).json()
+    assert done["requests"] == 2 * concurrency
+    return outcome.summary(), {m: distribution(done[m]) for m in INJECTED}
+
+
+def _stub_on_time(achieved: dict) -> bool:
+    """The stub produced the injected delays within half the tolerance (p50 and mean)."""
+    return all(abs(achieved[m][s] - INJECTED[m]) <= TOLERANCE[m] / 2 for m in INJECTED for s in ("p50", "mean"))
+
+
+@pytest.mark.parametrize("concurrency", [1, 64])
 def test_measured_ttft_and_itl_match_injected_delays(stub: Stub, concurrency: int) -> None:
-    """TTFT and ITL (p50 and mean) within 2 % or 1 ms of what the stub injects.
+    """TTFT and ITL (p50 and mean) within 2 % or 1 ms of what the stub injects, at concurrency 1 and 64.
 
-    Skipped, saying so, when even a bare socket client misses the injected TTFT by more than the
-    tolerance: then the machine (shared CPUs) cannot support a timing claim, whatever the client.
+    The stub reports the delays it really produced (``GET /stats``: its write time minus the kernel's
+    receive time of the request). On a busy shared machine the stub itself can be late; such a round
+    says nothing about the client and is repeated (up to 3 rounds). In a round where the stub was on
+    time (within half the tolerance), the client must match the injected values, and what the stub
+    did, or the test fails. Only if the stub was never on time is the test skipped, saying so.
     """
-    ttft_ms, itl_ms, tokens = 200.0, 40.0, 12
-    url = stub(ttft_ms=ttft_ms, itl_ms=itl_ms)
-    floor = sorted(asyncio.run(_raw_ttft_ms(int(url.rsplit(":", 1)[1]), concurrency, tokens)))
-    floor_p50 = floor[len(floor) // 2]
-    if abs(floor_p50 - ttft_ms) > max(0.02 * ttft_ms, 1.0):
-        pytest.skip(f"machine too loaded: a bare socket client measures TTFT p50 {floor_p50:.1f} ms "
-                    f"for an injected {ttft_ms} ms at concurrency {concurrency}")
-    profile = RequestProfile("acc", 16, 0, tokens, 0)
-    summary = run(url, profile, 2 * concurrency, concurrency, warmup=True).summary()
-    assert summary["errors"] == 0 and summary["token_source"] == "usage"
-    # TTFT is held to the bare client's floor (the injected delay plus the stub's own lateness on this
-    # machine, which is no client overhead), and that floor is itself within tolerance of the injection.
-    for metric, expected in (("ttft_ms", floor_p50), ("itl_ms", itl_ms)):
-        tolerance = max(0.02 * expected, 1.0)
-        for stat in ("p50", "mean"):
-            assert summary[metric][stat] == pytest.approx(expected, abs=tolerance), (metric, stat, summary[metric])
-    expected_tpot = itl_ms  # (e2e - ttft) / (n - 1) with evenly spaced tokens
-    assert summary["tpot_ms"]["p50"] == pytest.approx(expected_tpot, abs=max(0.02 * expected_tpot, 1.0))
+    url = stub(ttft_ms=INJECTED["ttft_ms"], itl_ms=INJECTED["itl_ms"])
+    late: list[str] = []
+
+    async def go() -> None:
+        async with LoadGenerator(url, "stub") as gen:
+            for _ in range(3):
+                summary, achieved = await _accuracy_round(gen, url, concurrency)
+                assert summary["errors"] == 0 and summary["token_source"] == "usage"
+                if _stub_on_time(achieved):
+                    break
+                late.append(", ".join(f"{m} p50 {achieved[m]['p50']:.2f} mean {achieved[m]['mean']:.2f}"
+                                      for m in INJECTED))
+            else:
+                pytest.skip(f"machine too loaded: the stub itself missed the injected delays {INJECTED} in 3 "
+                            f"rounds at concurrency {concurrency}: {'; '.join(late)}")
+        for metric, expected in INJECTED.items():
+            for stat in ("p50", "mean"):
+                measured = summary[metric][stat]
+                assert measured == pytest.approx(expected, abs=TOLERANCE[metric]), (metric, stat, summary[metric])
+                assert measured == pytest.approx(achieved[metric][stat], abs=TOLERANCE[metric] / 2), (
+                    metric, stat, summary[metric], achieved[metric])
+        # TPOT = (e2e - TTFT) / (n - 1) with evenly spaced tokens
+        assert summary["tpot_ms"]["p50"] == pytest.approx(INJECTED["itl_ms"], abs=TOLERANCE["itl_ms"])
+
+    asyncio.run(go())
 
 
 def test_errors_are_counted_not_raised(stub: Stub) -> None:

@@ -1,8 +1,10 @@
 """An asyncio load generator for OpenAI-compatible endpoints (``/v1/completions``, ``/v1/chat/completions``).
 
-One shared :class:`httpx.AsyncClient` sends every request, over a pool of kept-alive
-connections (:class:`SlotTransport`); each streamed read is timestamped once with :func:`time.perf_counter_ns` and only the
-``data:`` lines are decoded, so the client's own cost per token stays small next to the server's.
+Requests go over :class:`~raylift.bench.http1.Http1Client`, one kept-alive connection per request in
+flight, opened before a timed run starts. A request's clock starts when its bytes reach the socket;
+every read is timestamped on arrival, before it is parsed; only the ``data:`` lines are decoded, and
+JSON only where usage or an error may be. So the client's own cost stays out of TTFT and ITL even
+with many streams starting and ticking at once.
 
 Output length is pinned with ``max_tokens`` plus vLLM's ``min_tokens`` and ``ignore_eos``; servers
 that do not know those two fields ignore them (the token counts then come from ``usage``).
@@ -14,20 +16,19 @@ interface are refused unless the caller passes ``allow_remote=True``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
 import random
 import re
-import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
-
+from raylift.bench.http1 import Http1Client, HttpError
 from raylift.bench.metrics import RequestRecord, summarize
 from raylift.bench.profiles import RequestProfile, RequestSpec, generate_requests
 from raylift.errors import EndpointNotAllowedError, RayliftValueError
@@ -47,9 +48,6 @@ _CONTENT = {
     "chat": re.compile(rb'"(?:content|reasoning_content|reasoning)":\s*"(.)'),
     "completions": re.compile(rb'"text":\s*"(.)'),
 }
-# httpcore sends a request's head and body as two writes; without TCP_NODELAY, Nagle's algorithm holds
-# the body until the server's delayed ACK (up to 40 ms), which would be counted as TTFT.
-_SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 _NEEDS_JSON = re.compile(rb'"usage":\s*\{|"error"')
 
 
@@ -106,72 +104,6 @@ class _Progress:
             )
 
 
-class _ReleasingStream(httpx.AsyncByteStream):
-    """A response body that hands its connection's transport back to the free list when closed."""
-
-    def __init__(self, stream: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
-        self._stream, self._release = stream, release
-
-    async def __aiter__(self) -> Any:
-        async for chunk in self._stream:
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            await self._stream.aclose()
-        finally:
-            release, self._release = self._release, None
-            if release is not None:
-                release()
-
-
-class SlotTransport(httpx.AsyncBaseTransport):
-    """One single-connection transport per in-flight request, reused from a free list.
-
-    httpcore's pool scans every connection for every queued request (quadratic in the number of
-    streams); at 64 streams that costs more client CPU than reading the streams and adds hundreds
-    of milliseconds to the measured TTFT. Handing each request a whole one-connection pool keeps
-    the per-request cost constant while connections are still kept alive and reused.
-    """
-
-    def __init__(self, max_connections: int) -> None:
-        self._slots = asyncio.Semaphore(max_connections)
-        # One TLS context for all connections: building one per transport costs ~20 ms of CPU each.
-        self._ssl = httpx.create_ssl_context()
-        self._free: list[httpx.AsyncHTTPTransport] = []
-        self._all: list[httpx.AsyncHTTPTransport] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await self._slots.acquire()
-        if self._free:
-            transport = self._free.pop()
-        else:
-            transport = httpx.AsyncHTTPTransport(
-                verify=self._ssl,
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-                socket_options=_SOCKET_OPTIONS,
-            )
-            self._all.append(transport)
-
-        def release() -> None:
-            self._free.append(transport)
-            self._slots.release()
-
-        try:
-            response = await transport.handle_async_request(request)
-        except BaseException:
-            release()
-            raise
-        response.stream = _ReleasingStream(response.stream, release)  # type: ignore[arg-type]
-        return response
-
-    async def aclose(self) -> None:
-        for transport in self._all:
-            await transport.aclose()
-        self._all.clear()
-        self._free.clear()
-
-
 class LoadGenerator:
     """Sends request specs to one endpoint; use as ``async with LoadGenerator(...) as gen``.
 
@@ -202,36 +134,45 @@ class LoadGenerator:
         self.root = check_endpoint(base_url, allow_remote=allow_remote)
         self.model, self.api, self.stream = model, api, stream
         self.tokenizer, self.temperature = tokenizer, temperature
+        self._prefix = urlsplit(self.root).path.rstrip("/")  # an endpoint mounted under a path
+        self.path = self._prefix + API_PATHS[api]
         self.url = self.root + API_PATHS[api]
-        self._headers = {"content-type": "application/json", **(headers or {})}
-        self._timeout = httpx.Timeout(request_timeout_s, connect=min(30.0, request_timeout_s))
+        self._headers = dict(headers or {})
+        self.request_timeout_s = request_timeout_s
         self._max_connections = max_connections
-        self._client: httpx.AsyncClient | None = None
+        self._slots = asyncio.Semaphore(max_connections)
+        self._client: Http1Client | None = None
 
     async def __aenter__(self) -> LoadGenerator:
-        # trust_env=False: a proxy from the environment must not sit between the client and the server.
-        self._client = httpx.AsyncClient(
-            headers=self._headers,
-            timeout=self._timeout,
-            transport=SlotTransport(self._max_connections),
-            trust_env=False,
-        )
+        self._client = Http1Client(self.root, headers=self._headers,
+                                   connect_timeout_s=min(30.0, self.request_timeout_s))
         await self._warm_up()
         return self
 
     async def _warm_up(self) -> None:
-        """One untimed ``GET /v1/models``: the first request through httpx pays ~0.5 s of lazy imports
-        and connection setup, which would otherwise land in the first request's TTFT."""
+        """One untimed ``GET /v1/models``: checks the endpoint answers, and opens the first connection."""
         assert self._client is not None
         try:
-            await self._client.get(self.root + "/v1/models", timeout=10.0)
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(10.0):
+                client = self._client
+                _, response = await client.request(client.encode("GET", self._prefix + "/v1/models"))
+                await client.read(response)
+        except (HttpError, TimeoutError) as exc:
             log.debug("warm-up GET /v1/models failed (%s); timing goes on", type(exc).__name__)
 
     async def __aexit__(self, *exc: object) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    async def open_connections(self, count: int) -> None:
+        """Open up to ``count`` idle connections now, so a timed run does not pay for them."""
+        if self._client is None:
+            raise RuntimeError("LoadGenerator.open_connections() outside 'async with LoadGenerator(...)'")
+        try:
+            await self._client.prefill(min(count, self._max_connections))
+        except HttpError as exc:  # the requests themselves will fail and be counted
+            log.warning("could not open %d connections before the run: %s", count, exc)
 
     def body(self, spec: RequestSpec) -> bytes:
         """The JSON request body for one spec."""
@@ -250,46 +191,56 @@ class LoadGenerator:
 
     async def send(self, spec: RequestSpec) -> RequestRecord:
         """Send one request and record its timings; failures become ``record.error``, never exceptions."""
-        if self._client is None:
+        client = self._client
+        if client is None:
             raise RuntimeError("LoadGenerator.send() outside 'async with LoadGenerator(...)'")
-        content = self.body(spec)
+        raw = client.encode("POST", self.path, self.body(spec))
         record = RequestRecord(
-            start_ns=0,
+            start_ns=time.perf_counter_ns(),  # replaced by the moment the bytes reach the socket
             target_input_tokens=spec.input_tokens,
             target_output_tokens=spec.output_tokens,
             streamed=self.stream,
         )
-        record.start_ns = time.perf_counter_ns()
         try:
-            async with self._client.stream("POST", self.url, content=content) as response:
-                if response.status_code >= 400:
-                    text = (await response.aread())[:300].decode(errors="replace")
-                    record.error = f"HTTP {response.status_code}: {text}"
-                elif self.stream:
-                    await self._read_stream(response, record)
-                else:
-                    self._read_body(await response.aread(), record)
-        except httpx.TimeoutException as exc:
-            record.error = f"timeout: {type(exc).__name__}"
-        except httpx.HTTPError as exc:
+            async with self._slots, asyncio.timeout(self.request_timeout_s):
+                record.start_ns, response = await client.request(raw)
+                try:
+                    if response.status >= 400:
+                        text = (await client.read(response))[:300].decode(errors="replace")
+                        record.error = f"HTTP {response.status}: {text}"
+                    elif self.stream:
+                        async with contextlib.aclosing(client.body(response)) as pieces:
+                            await self._read_stream(pieces, record)
+                    else:
+                        last_ns, data = response.head_ns, []
+                        async for last_ns, piece in client.body(response):
+                            data.append(piece)
+                        self._read_body(b"".join(data), record)
+                        record.end_ns = last_ns
+                finally:
+                    client.close(response)
+        except TimeoutError:
+            record.error = f"timeout: no complete response within {self.request_timeout_s:g}s"
+        except HttpError as exc:
             record.error = f"{type(exc).__name__}: {exc}"
         except ValueError as exc:  # malformed JSON in the response
             record.error = f"bad response: {exc}"
-        record.end_ns = time.perf_counter_ns()
+        if record.error is not None or not record.end_ns:
+            record.end_ns = time.perf_counter_ns()
         if record.error is None and record.output_tokens == 0 and not record.content_ns:
             record.error = "empty response: no output tokens"
         return record
 
-    async def _read_stream(self, response: httpx.Response, record: RequestRecord) -> None:
+    async def _read_stream(self, pieces: AsyncIterator[tuple[int, bytes]], record: RequestRecord) -> None:
+        """Walk the SSE lines; each content event gets the arrival time of the read that completed it."""
         chat = self.api == "chat"
         content_re, needs_json = _CONTENT[self.api].search, _NEEDS_JSON.search
         texts: list[str] | None = [] if self.tokenizer is not None else None
         content_ns = record.content_ns
         usage: dict[str, Any] | None = None
         buffer = b""
-        encoded = response.headers.get("content-encoding", "identity") != "identity"
-        async for data in response.aiter_bytes() if encoded else response.aiter_raw():
-            now = time.perf_counter_ns()
+        now = 0
+        async for now, data in pieces:
             buffer += data
             if b"\n" not in data:
                 continue
@@ -323,6 +274,7 @@ class LoadGenerator:
                             texts.append(piece)
                 if event.get("usage"):
                     usage = event["usage"]
+        record.end_ns = now
         if content_ns:
             record.first_content_ns = content_ns[0]
         self._count_tokens(record, usage, "".join(texts) if texts is not None else None, len(content_ns))
@@ -369,6 +321,7 @@ class LoadGenerator:
         records: list[RequestRecord] = []
         tracker = _Progress(progress, f"concurrency {concurrency}", len(specs), progress_every)
         next_index = 0
+        await self.open_connections(min(concurrency, len(specs)))
         deadline = time.perf_counter() + max_seconds
 
         async def worker() -> None:
@@ -411,6 +364,8 @@ class LoadGenerator:
         tracker = _Progress(progress, f"rate {rate:g}/s", len(specs), progress_every)
         tasks: list[asyncio.Task[None]] = []
         started = 0
+        if max_concurrency:
+            await self.open_connections(min(max_concurrency, len(specs)))
 
         async def one(spec: RequestSpec) -> None:
             if slots is None:

@@ -1,7 +1,8 @@
 """Per-request measurements and their aggregates; definitions in ``docs/benchmark-metrics.md``.
 
-All times are taken with :func:`time.perf_counter_ns` on the client, from just before the request is
-handed to the HTTP client until the chunk in question has been read from the socket.
+All times are :func:`time.perf_counter_ns` values on the client, from just before the request's bytes
+are handed to the socket until the read that brought the chunk in question arrived (the kernel's
+receive time on plain TCP; see :mod:`raylift.bench.http1`).
 
 - **TTFT**: start → first chunk that carries content (text or delta content). Role-only and empty
   chunks do not count. For a non-streamed request it equals the end-to-end latency.
