@@ -45,3 +45,92 @@ def test_first_deploy_takes_defaults() -> None:
     app = render_app(base(), app_name="llm", working_dir="file:///a.zip", args={})
     merged = merge_app({"applications": []}, app, defaults={**base(), "http_options": {"port": 1234}})
     assert merged["http_options"] == {"port": 1234} and len(merged["applications"]) == 1
+
+
+# -- app kinds, autoscaling, route prefixes; every config against Ray Serve's own schema ---------------
+CONFIGS = sorted((ROOT / "serve_apps/configs").glob("*.yaml"))
+SEED_AUTOSCALING = {  # the KubeRay seed's numbers
+    "target_ongoing_requests": 2, "max_ongoing_requests": 5, "min_replicas": 0, "max_replicas": 5,
+    "downscale_delay_s": 600,
+}
+
+
+def rendered(config: Path, **kw: object) -> dict:
+    base_config = load_config(config)
+    return render_app(base_config, app_name="app", working_dir="file:///a.zip", args={}, **kw)
+
+
+def test_every_config_names_a_known_app_kind() -> None:
+    from raylift.serve_config import app_kind
+
+    kinds = {c.name: app_kind(load_config(c)["applications"][0]).name for c in CONFIGS}
+    assert {k for name, k in kinds.items() if name.startswith("llm-")} == {"llm"}
+    assert {k for name, k in kinds.items() if name.startswith("translator-")} == {"translator"}
+    assert {k for name, k in kinds.items() if name.startswith("llamacpp-")} == {"llamacpp"}
+    assert {"llm-gpu.yaml", "llm-gpu-tp4.yaml", "llm-gpu-pp3-tp4.yaml", "llm-neuron.yaml", "llm-cpu.yaml"} <= set(kinds)
+
+
+def test_an_import_path_outside_serve_apps_is_refused() -> None:
+    from raylift.serve_config import app_kind
+
+    with pytest.raises(RayliftValueError, match=r"imports 'my_mod:app'.*llm\.app:build_app"):
+        app_kind({"name": "x", "import_path": "my_mod:app"})
+
+
+def test_autoscaling_params_replace_fixed_replicas() -> None:
+    from raylift.serve_config import apply_autoscaling
+
+    app = apply_autoscaling(rendered(ROOT / "serve_apps/configs/llm-cpu.yaml", replicas=3), SEED_AUTOSCALING)
+    dep = app["deployments"][0]
+    assert "num_replicas" not in dep and dep["max_ongoing_requests"] == 5
+    assert dep["autoscaling_config"] == {
+        "target_ongoing_requests": 2, "min_replicas": 0, "max_replicas": 5, "downscale_delay_s": 600
+    }
+    assert apply_autoscaling(app, {}) == app
+
+
+def test_autoscaling_params_merge_over_the_configs_own() -> None:
+    from raylift.serve_config import apply_autoscaling
+
+    app = apply_autoscaling(rendered(ROOT / "serve_apps/configs/llm-gpu.yaml"), {"min_replicas": 1})
+    assert app["deployments"][0]["autoscaling_config"]["min_replicas"] == 1
+    assert app["deployments"][0]["autoscaling_config"]["max_replicas"] == 5  # the config's
+    with pytest.raises(RayliftValueError, match=r"unknown key\(s\) \['min'\]"):
+        apply_autoscaling(app, {"min": 1})
+
+
+def test_route_prefix_override_and_app_url() -> None:
+    from raylift.serve_config import app_url
+
+    app = rendered(ROOT / "serve_apps/configs/translator-cpu.yaml", route_prefix="/translate")
+    assert app["route_prefix"] == "/translate"
+    assert app_url("http://127.0.0.1:8000/", app) == "http://127.0.0.1:8000/translate"
+    assert app_url("http://127.0.0.1:8000", rendered(ROOT / "serve_apps/configs/llm-cpu.yaml")) == "http://127.0.0.1:8000"
+
+
+def test_configs_and_rendered_apps_pass_ray_serves_own_schema() -> None:
+    """Ray Serve's ServeDeploySchema (runtime env) accepts every YAML as is, and as raylift renders it
+    with the seed's autoscaling: what `serve deploy` and the REST API would take."""
+    import json
+    import subprocess
+
+    from raylift.config import local_settings
+    from raylift.serve_config import apply_autoscaling
+
+    docs = [load_config(c) for c in CONFIGS]
+    for c in CONFIGS:
+        app = apply_autoscaling(rendered(c, replicas=2, route_prefix="/x"), SEED_AUTOSCALING)
+        docs.append({"applications": [app]})
+    docs.append({"applications": [{**rendered(CONFIGS[0]), "deployments": [{"name": "D", "num_replicas": -1}]}]})
+    code = (
+        "import json, sys\nfrom ray.serve.schema import ServeDeploySchema\n"
+        "for doc in json.load(sys.stdin):\n"
+        "    try:\n        ServeDeploySchema.model_validate(doc); print('ok')\n"
+        "    except Exception as exc:\n        print('bad', type(exc).__name__)\n"
+    )
+    proc = subprocess.run(
+        [str(local_settings().runtime_python), "-c", code], input=json.dumps(docs),
+        capture_output=True, text=True, timeout=300,
+    )
+    verdicts = proc.stdout.split()
+    assert verdicts == ["ok"] * (2 * len(CONFIGS)) + ["bad", "ValidationError"], proc.stderr[-2000:]

@@ -76,3 +76,7 @@ class ManifestValidationError(RayliftValueError):
 
 class KubernetesApiError(RayliftError):
     """The Kubernetes API refused a request (the message carries its status code and reason)."""
+
+
+class ServeFitError(RayliftValueError):
+    """A Serve config is invalid or cannot fit the cluster (the message names the numbers); nothing was applied."""

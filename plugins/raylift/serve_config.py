@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,76 @@ def load_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not data.get("applications"):
         raise RayliftValueError(f"Serve config {path} has no 'applications' list.")
     return data
+
+
+@dataclass(frozen=True)
+class AppKind:
+    """What raylift needs to know about a Serve app in serve_apps/, keyed by its import path's package.
+
+    ``engine``: what ``engine_args`` configure ("" = the app takes none). ``openai``: it speaks the
+    OpenAI API (smoke-tested and benchmarked as an LLM endpoint). ``vllm``: engine args are vLLM's,
+    so the target can check them and the parallel sizes are validated against GPUs / NeuronCores.
+    """
+
+    name: str
+    engine: str = ""
+    openai: bool = False
+    vllm: bool = False
+
+
+APP_KINDS: dict[str, AppKind] = {
+    kind.name: kind
+    for kind in (
+        AppKind("llm", engine="vLLM AsyncEngineArgs", openai=True, vllm=True),
+        AppKind("llamacpp", engine="llama_cpp.Llama arguments", openai=True),
+        AppKind("translator"),
+    )
+}
+
+
+def app_kind(app: dict[str, Any]) -> AppKind:
+    """The kind of an application entry, from its ``import_path`` (``llm.app:build_app`` -> ``llm``)."""
+    import_path = str(app.get("import_path") or "")
+    package = import_path.split(":")[0].split(".")[0]
+    if package not in APP_KINDS:
+        raise RayliftValueError(
+            f"Serve app {app.get('name')!r} imports {import_path!r}: raylift deploys the apps in serve_apps/ "
+            f"({', '.join(f'{k}.app:build_app' for k in APP_KINDS)})."
+        )
+    return APP_KINDS[package]
+
+
+AUTOSCALING_KEYS = ("min_replicas", "initial_replicas", "max_replicas", "target_ongoing_requests",
+                    "downscale_delay_s", "upscale_delay_s")
+
+
+def apply_autoscaling(app: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``app`` with Serve autoscaling on every deployment (the ``autoscaling`` Param; {} = unchanged).
+
+    ``max_ongoing_requests`` is a deployment option; the rest go to ``autoscaling_config``, merged
+    over the config's own. A fixed ``num_replicas`` is dropped: Serve refuses both at once.
+    """
+    if not settings:
+        return app
+    unknown = set(settings) - {*AUTOSCALING_KEYS, "max_ongoing_requests"}
+    if unknown:
+        raise RayliftValueError(
+            f"autoscaling has unknown key(s) {sorted(unknown)}; use {', '.join(AUTOSCALING_KEYS)}, max_ongoing_requests."
+        )
+    out = copy.deepcopy(app)
+    for dep in out.get("deployments", []):
+        auto = {**(dep.get("autoscaling_config") or {}), **{k: v for k, v in settings.items() if k in AUTOSCALING_KEYS}}
+        dep["autoscaling_config"] = auto
+        dep.pop("num_replicas", None)
+        if "max_ongoing_requests" in settings:
+            dep["max_ongoing_requests"] = settings["max_ongoing_requests"]
+    return out
+
+
+def app_url(endpoint: str, app: dict[str, Any]) -> str:
+    """Where an app answers: the Serve endpoint plus its ``route_prefix`` (none for ``/``)."""
+    prefix = str(app.get("route_prefix") or "/").strip("/")
+    return endpoint.rstrip("/") + (f"/{prefix}" if prefix else "")
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -44,10 +115,13 @@ def render_app(
     replicas: int | None = None,
     env_vars: dict[str, str] | None = None,
     deployment_overrides: dict[str, Any] | None = None,
+    route_prefix: str | None = None,
 ) -> dict[str, Any]:
     """One application entry from a base config's first app, with raylift's values filled in."""
     template = copy.deepcopy(base["applications"][0])
     template["name"] = app_name
+    if route_prefix:
+        template["route_prefix"] = route_prefix
     runtime_env = template.setdefault("runtime_env", {})
     runtime_env["working_dir"] = working_dir
     if env_vars:

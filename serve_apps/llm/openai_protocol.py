@@ -1,6 +1,7 @@
 """The slice of the OpenAI API the LLM app speaks: request models and response/chunk builders.
 
-Kept free of vLLM and Ray so it can be tested and reused by any engine-backed deployment.
+Kept free of vLLM and Ray so it can be tested and reused by any engine-backed deployment (the vLLM and
+llama.cpp apps both speak it).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -117,3 +119,73 @@ def completion_chunk(rid: str, model: str, created: int, text: str, finish: str 
 
 def usage_chunk(rid: str, model: str, created: int, obj: str, u: dict[str, int]) -> dict[str, Any]:
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": u}
+
+
+def model_not_found(name: str, served: str) -> dict[str, Any]:
+    """The 404 body for a request naming a model this endpoint does not serve."""
+    return error_body(
+        f"The model {name!r} does not exist; this endpoint serves {served!r}.", "not_found_error", "model"
+    )
+
+
+def parse_error(exc: Exception) -> dict[str, Any]:
+    """The 400 body for a request that is not valid JSON or does not match the request model."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):  # pydantic.ValidationError
+        first = errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ()))
+        return error_body(f"{param}: {first.get('msg')}", param=param)
+    return error_body("The request body is not valid JSON.")
+
+
+def model_card(served: str, max_model_len: int) -> dict[str, Any]:
+    """``GET /v1/models`` listing the one served model."""
+    return {
+        "object": "list",
+        "data": [
+            {"id": served, "object": "model", "created": 0, "owned_by": "raylift", "max_model_len": max_model_len}
+        ],
+    }
+
+
+async def respond(
+    deltas: AsyncIterator[tuple[str, int, str | None]],
+    req: SamplingFields,
+    *,
+    rid: str,
+    model: str,
+    prompt_tokens: int,
+    chat: bool,
+) -> Any:
+    """The HTTP answer for an engine's ``(text, new_tokens, finish_reason)`` stream: one JSON body, or
+    SSE chunks (a role chunk first for chat, a ``usage`` chunk last unless the client opted out)."""
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    if not req.stream:
+        parts, tokens, finish = [], 0, None
+        async for text, count, fin in deltas:
+            parts.append(text)
+            tokens += count
+            finish = fin or finish
+        build = chat_response if chat else completion_response
+        return JSONResponse(build(rid, model, "".join(parts), finish, usage(prompt_tokens, tokens)))
+
+    include_usage = req.stream_options is None or req.stream_options.include_usage
+    created = int(time.time())
+
+    async def events() -> AsyncIterator[str]:
+        tokens = 0
+        if chat:
+            yield sse(chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
+        async for text, count, finish in deltas:
+            tokens += count
+            if chat:
+                yield sse(chat_chunk(rid, model, created, {"content": text}, finish))
+            else:
+                yield sse(completion_chunk(rid, model, created, text, finish))
+        if include_usage:
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            yield sse(usage_chunk(rid, model, created, obj, usage(prompt_tokens, tokens)))
+        yield SSE_DONE
+
+    return StreamingResponse(events(), media_type="text/event-stream")

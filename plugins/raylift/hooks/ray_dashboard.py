@@ -43,12 +43,17 @@ class RayDashboardHook(BaseHook):
         nodes = payload["data"]["result"]["result"]
         alive = [n for n in nodes if n.get("state") == "ALIVE"]
         totals: dict[str, float] = {}
+        per_node: list[dict[str, float]] = []
         for node in alive:
-            for name, amount in node.get("resources_total", {}).items():
-                if name.startswith("node:") or name in ("memory", "object_store_memory"):
-                    continue
-                totals[name] = totals.get(name, 0.0) + float(amount)
-        return ClusterState(nodes=len(alive), resources=totals)
+            resources = {
+                name: float(amount)
+                for name, amount in node.get("resources_total", {}).items()
+                if not name.startswith("node:") and name not in ("memory", "object_store_memory")
+            }
+            per_node.append(resources)
+            for name, amount in resources.items():
+                totals[name] = totals.get(name, 0.0) + amount
+        return ClusterState(nodes=len(alive), resources=totals, node_resources=per_node)
 
     @staticmethod
     def app_statuses(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:

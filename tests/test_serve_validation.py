@@ -1,0 +1,178 @@
+"""Serve config fit checks: each refusal names its numbers; the seed configs fit the seed clusters.
+
+Clusters are the seeds' own: ECS example 2/3 ran on 3 x g5.12xlarge (4 A10G each, `ray status`:
+12 GPUs); Inf2 ran on inf2.48xlarge (24 NeuronCores). The configs are the real ones in
+serve_apps/configs/ as the deploy step renders them.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from raylift.errors import ServeFitError
+from raylift.serve_config import app_kind, apply_autoscaling, load_config, render_app
+from raylift.serve_validation import Cluster, check_fit
+
+CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
+G5_12X = {"CPU": 48.0, "GPU": 4.0, "accelerator_type:A10G": 1.0}
+SEED_GPU_CLUSTER = Cluster(totals={"CPU": 144.0, "GPU": 12.0, "accelerator_type:A10G": 3.0}, nodes=(G5_12X,) * 3)
+INF2_48X = Cluster(totals={"CPU": 192.0, "neuron_cores": 24.0}, nodes=({"CPU": 192.0, "neuron_cores": 24.0},))
+LOCAL = Cluster(totals={"CPU": 3.0}, nodes=({"CPU": 2.0}, {"CPU": 1.0}))
+
+
+def app(config: str, *, replicas: int | None = None, engine_args: dict | None = None, **render: object) -> dict:
+    base = load_config(CONFIGS / config)
+    args = dict(base["applications"][0].get("args", {}))
+    if engine_args is not None:
+        args["engine_args"] = {**args.get("engine_args", {}), **engine_args}
+    return render_app(base, app_name="app", working_dir="file:///a.zip", args=args, replicas=replicas, **render)
+
+
+def fit(a: dict, cluster: Cluster, **kw: object) -> object:
+    return check_fit(a, cluster, vllm=app_kind(a).vllm, **kw)
+
+
+@pytest.mark.parametrize(
+    ("config", "cluster"),
+    [
+        ("llm-gpu-tp4.yaml", SEED_GPU_CLUSTER),
+        ("llm-gpu-pp3-tp4.yaml", SEED_GPU_CLUSTER),
+        ("llm-gpu.yaml", SEED_GPU_CLUSTER),
+        ("translator-gpu.yaml", SEED_GPU_CLUSTER),
+        ("llm-neuron.yaml", INF2_48X),
+        ("llm-cpu.yaml", LOCAL),
+        ("translator-cpu.yaml", LOCAL),
+        ("llamacpp-cpu.yaml", LOCAL),
+    ],
+)
+def test_seed_configs_fit_seed_clusters(config: str, cluster: Cluster) -> None:
+    report = fit(app(config), cluster)
+    assert report.lines  # it did compare needs with the cluster
+
+
+def test_translator_seed_28_replicas_at_half_a_gpu_do_not_fit_12_gpus() -> None:
+    with pytest.raises(ServeFitError, match=r"GPU: needs 14 = 28 x 0\.5 \(Translator\); cluster has 12") as err:
+        fit(app("translator-gpu.yaml", replicas=28), SEED_GPU_CLUSTER)
+    assert "Nothing was deployed" in str(err.value)
+
+
+def test_tp_times_pp_above_the_clusters_gpus_is_refused() -> None:
+    two_nodes = Cluster(totals={"GPU": 8.0, "CPU": 96.0}, nodes=(G5_12X, G5_12X))
+    with pytest.raises(ServeFitError) as err:
+        fit(app("llm-gpu-pp3-tp4.yaml"), two_nodes)
+    message = str(err.value)
+    assert "GPU: needs 12 = 1 x 12 (LLMServer); cluster has 8" in message
+    assert "pipeline_parallel_size 3 x 1 replica(s) needs 3 node slot(s) of 4 GPU(s) each" in message
+
+
+def test_tp_larger_than_a_node_is_refused_even_when_the_total_fits() -> None:
+    a = app("llm-gpu-pp3-tp4.yaml", engine_args={"tensor_parallel_size": 12, "pipeline_parallel_size": 1})
+    a["deployments"][0]["placement_group_strategy"] = "PACK"
+    with pytest.raises(ServeFitError, match=r"tensor_parallel_size 12 must fit within one node.*largest node has 4 GPU"):
+        fit(a, SEED_GPU_CLUSTER)
+
+
+def test_parallel_sizes_must_match_the_gpu_bundles() -> None:
+    a = app("llm-gpu-tp4.yaml", engine_args={"tensor_parallel_size": 2})
+    with pytest.raises(ServeFitError, match=r"tensor_parallel_size 2 x pipeline_parallel_size 1 = 2 GPU worker\(s\), but each LLMServer replica asks for 4"):
+        fit(a, SEED_GPU_CLUSTER)
+
+
+def test_strict_pack_must_fit_one_node() -> None:
+    small = Cluster(totals={"GPU": 4.0, "CPU": 16.0}, nodes=({"GPU": 2.0, "CPU": 8.0},) * 2)
+    with pytest.raises(ServeFitError, match=r"must fit on one node.*hold 0"):
+        fit(app("llm-gpu-tp4.yaml", engine_args={"tensor_parallel_size": 4}), small)
+
+
+def test_pipeline_parallel_with_strict_pack_is_refused() -> None:
+    a = app("llm-gpu-pp3-tp4.yaml")
+    a["deployments"][0]["placement_group_strategy"] = "STRICT_PACK"
+    with pytest.raises(ServeFitError, match="STRICT_PACK puts every stage on one node: use PACK"):
+        fit(a, SEED_GPU_CLUSTER)
+
+
+def test_gpu_config_on_a_cpu_cluster_is_refused_with_a_hint() -> None:
+    with pytest.raises(ServeFitError, match=r"GPU: needs 4 .* cluster has 0.*this cluster has none"):
+        fit(app("llm-gpu-tp4.yaml"), LOCAL)
+
+
+def test_neuron_cores_must_equal_tensor_parallel_size() -> None:
+    a = app("llm-neuron.yaml", engine_args={"tensor_parallel_size": 4})
+    with pytest.raises(ServeFitError, match="tensor_parallel_size 4 needs 4 NeuronCores per replica, but LLMServer asks for neuron_cores 8"):
+        fit(a, INF2_48X)
+
+
+def test_neuron_replicas_beyond_the_cores_are_refused() -> None:
+    with pytest.raises(ServeFitError, match=r"neuron_cores: needs 32 = 4 x 8 \(LLMServer\); cluster has 24"):
+        fit(app("llm-neuron.yaml", replicas=4), INF2_48X)
+
+
+def test_other_apps_hold_their_resources() -> None:
+    other = app("translator-gpu.yaml", replicas=20)  # 10 GPUs
+    other["name"] = "translator"
+    with pytest.raises(ServeFitError, match=r"GPU: needs 4 .* cluster has 12, other apps hold 10, so 2 are free"):
+        fit(app("llm-gpu-tp4.yaml"), SEED_GPU_CLUSTER, others=[other])
+
+
+def test_redeploying_the_same_app_does_not_count_its_old_version() -> None:
+    running = app("llm-gpu-tp4.yaml")
+    assert fit(app("llm-gpu-tp4.yaml"), Cluster(totals={"GPU": 4.0}, nodes=(G5_12X,)), others=[running]).lines
+
+
+def test_cpu_replicas_are_checked_per_node_on_the_local_cluster() -> None:
+    with pytest.raises(ServeFitError, match=r"4 replica\(s\) of 1 CPU each must fit on a node, but the 2 node\(s\) \(2 CPU; 1 CPU\) hold 3"):
+        fit(app("llm-cpu.yaml", replicas=4), LOCAL)
+
+
+def test_without_a_node_list_only_totals_are_checked() -> None:
+    totals_only = Cluster(totals={"GPU": 12.0})
+    assert fit(app("llm-gpu-pp3-tp4.yaml"), totals_only).lines  # per-node layout unknown: not refused
+    with pytest.raises(ServeFitError, match="GPU: needs 16"):
+        fit(app("llm-gpu-tp4.yaml", replicas=4), totals_only)
+
+
+def test_autoscaling_floor_must_fit_and_ceiling_only_warns() -> None:
+    seed = {"target_ongoing_requests": 2, "max_ongoing_requests": 5, "min_replicas": 0, "max_replicas": 5,
+            "downscale_delay_s": 600}
+    scaled = apply_autoscaling(app("llm-gpu-tp4.yaml"), seed)
+    report = fit(scaled, SEED_GPU_CLUSTER)
+    assert any("max_replicas 5 would need 20 GPU" in w for w in report.warnings)
+    with pytest.raises(ServeFitError, match=r"GPU: needs 16 = 4 x 4"):
+        fit(apply_autoscaling(scaled, {"min_replicas": 4}), SEED_GPU_CLUSTER)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(num_replicas=-1), "num_replicas must be an integer >= 0, got -1"),
+        (lambda d: d.update(autoscaling_config={"min_replicas": 3, "max_replicas": 2}), "min_replicas (3) <= max_replicas (2)"),
+        (lambda d: d.update(autoscaling_config={"min_replicas": 1, "max_replicas": 2}), "sets both num_replicas"),
+        (lambda d: d.update(placement_group_strategy="TIGHT"), "'TIGHT' is not one of PACK"),
+        (lambda d: d["ray_actor_options"].update(num_gpus=1.5), "num_gpus 1.5: Ray shares a GPU only in fractions"),
+        (lambda d: d["ray_actor_options"].update(num_cpus=2), "must fit placement_group_bundles[0]"),
+        (lambda d: d.update(placement_group_bundles=[]), "non-empty list of non-empty resource mappings"),
+    ],
+)
+def test_schema_problems_are_refused(mutate, message: str) -> None:  # noqa: ANN001 - small mutators
+    a = app("llm-gpu-tp4.yaml")
+    mutate(a["deployments"][0])
+    with pytest.raises(ServeFitError, match="is not a valid config") as err:
+        fit(a, SEED_GPU_CLUSTER)
+    assert message in str(err.value)
+
+
+def test_max_ongoing_below_the_autoscaling_target_is_refused() -> None:
+    a = apply_autoscaling(app("llm-gpu.yaml"), {"target_ongoing_requests": 8, "max_ongoing_requests": 5})
+    with pytest.raises(ServeFitError, match="max_ongoing_requests 5 < target_ongoing_requests 8"):
+        fit(a, SEED_GPU_CLUSTER)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    a = copy.deepcopy(app("llm-gpu-pp3-tp4.yaml"))
+    a["args"]["engine_args"]["tensor_parallel_size"] = 8  # 8 x 3 = 24 != 12 bundles, and TP 8 > 4 per node
+    with pytest.raises(ServeFitError) as err:
+        fit(a, SEED_GPU_CLUSTER)
+    assert "= 24 GPU worker(s)" in str(err.value) and "largest node has 4 GPU" in str(err.value)
