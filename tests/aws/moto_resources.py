@@ -60,3 +60,33 @@ def eks_nodegroups(cluster: str = "ray", groups: dict[str, dict[str, Any]] | Non
             instanceTypes=spec["instanceTypes"],
             scalingConfig={"minSize": spec["min"], "maxSize": spec["max"], "desiredSize": spec["desired"]},
         )
+
+
+def tf_outputs(values: dict[str, Any]) -> dict[str, Any]:
+    """What ``terraform output -json`` prints for these values."""
+    return {name: {"value": value, "type": "string", "sensitive": False} for name, value in values.items()}
+
+
+def tool_target_options(outputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """tools/tf_outputs_to_airflow.py on terraform-output values: (``target_options``, aws connection extra),
+    parsed back from the Airflow CLI lines it prints, i.e. what a user gets by piping them to ``sh``."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    tools = str(Path(__file__).resolve().parents[2] / "tools")
+    sys.path.insert(0, tools)
+    try:
+        from tf_outputs_to_airflow import VARIABLE_PREFIX, commands
+    finally:
+        sys.path.remove(tools)
+    options: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for line in commands(tf_outputs(outputs)):
+        words = shlex.split(line)
+        if words[:5] == ["airflow", "variables", "set", "--json", f"{VARIABLE_PREFIX}target_options"]:
+            options = json.loads(words[5])
+        if words[:3] == ["airflow", "connections", "add"]:
+            extra = json.loads(words[words.index("--conn-extra") + 1])
+    assert options and extra, "the tool printed no target_options / connection"
+    return options, extra

@@ -205,3 +205,12 @@ def _containers(manifest):
     yield from cluster["headGroupSpec"]["template"]["spec"]["containers"]
     for group in cluster["workerGroupSpecs"]:
         yield from group["template"]["spec"]["containers"]
+
+
+def test_service_account_reaches_every_pod_and_validates() -> None:
+    manifest = render(service_account="ray")  # render_rayservice validates nothing itself: check the CRD too
+    m.validate_rayservice(manifest)
+    cluster = manifest["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    assert {p["serviceAccountName"] for p in pods} == {"ray"}
+    assert "serviceAccountName" not in render()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]

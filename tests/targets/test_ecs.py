@@ -16,8 +16,9 @@ import pytest
 from raylift.aws.content import image_content_digest, image_tag
 from raylift.errors import ClusterNotReadyError, RayliftValueError
 from raylift.targets import get_target
+from raylift.targets.base import Artifact
 from raylift.targets.ecs import EcsTarget
-from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster
+from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster, tool_target_options
 
 BUCKET = "raylift-models"
 
@@ -203,3 +204,47 @@ def test_stage_model_goes_to_the_model_prefix(infra: None, tmp_path: Path, monke
     assert staged.uri == f"s3://{BUCKET}/models/tiny/main"
     head = boto3.client("s3").head_object(Bucket=BUCKET, Key="models/tiny/main/model.safetensors")
     assert head["StorageClass"] == "STANDARD_IA"
+
+
+def test_the_stacks_option_names_from_the_terraform_tool_are_accepted(aws: str, checkout: Path) -> None:
+    """``raylift_target_options`` as tools/tf_outputs_to_airflow.py prints it works as is."""
+    tag = image_tag(image_content_digest(checkout, "ray-vllm-gpu"))
+    repo = ecr_repository("raylift-ray-vllm", tags=(tag,))
+    options, extra = tool_target_options(
+        {
+            "raylift_target": "ecs", "region": "us-west-2", "model_store_uri": "s3://stack-bucket/weights",
+            "ecr_repository_url": repo, "image_tag": "latest", "codebuild_project": "raylift-ray-vllm",
+            "ecs_cluster": "ray", "ecs_head_service": "head-svc", "ecs_worker_service": "worker-svc",
+            "cloudmap_namespace": "ray.local", "cloudmap_service": "head", "gpus_per_node": 4,
+        }
+    )  # fmt: skip
+    assert extra == {"region_name": "us-west-2"}
+    t = get_target("ecs", **options)
+    assert isinstance(t, EcsTarget)
+    assert (t.aws.bucket, t.aws.model_prefix, t.aws.region_name) == ("stack-bucket", "weights", "us-west-2")
+    assert (t.aws.ecr_repository, t.aws.codebuild_project) == ("raylift-ray-vllm", "raylift-ray-vllm")
+    assert (t.cluster, t.head_service, t.worker_service) == ("ray", "head-svc", "worker-svc")
+    assert (t.cloud_map_namespace, t.cloud_map_service, t.image_tag) == ("ray.local", "head", "latest")
+    assert t.expectation(2).resources == {"GPU": 12.0}
+    assert t.model_store_uri() == "s3://stack-bucket/weights"
+    # the build step re-points the moving tag the task definition runs at the content tag
+    artifact = t.finish_build(Artifact(digest="d", working_dir="s3://b/a.zip", image=f"{repo}:{tag}", reused=True))
+    assert artifact.image == f"{repo}:{tag}"
+    details = boto3.client("ecr").describe_images(repositoryName="raylift-ray-vllm")["imageDetails"]
+    assert [sorted(d["imageTags"]) for d in details] == [sorted([tag, "latest"])]
+
+
+def test_both_spellings_of_an_option_must_agree() -> None:
+    with pytest.raises(RayliftValueError, match="'model_store_uri' .* and 'bucket' .* disagree"):
+        EcsTarget(cluster="ray", head_address="h", bucket="a", model_store_uri="s3://b/models")
+    with pytest.raises(RayliftValueError, match="'cloudmap_namespace' .* and 'cloud_map_namespace' .* disagree"):
+        EcsTarget(cluster="ray", bucket="b", cloud_map_namespace="x.local", cloudmap_namespace="y.local")
+    with pytest.raises(RayliftValueError, match="must be s3://bucket"):
+        EcsTarget(cluster="ray", head_address="h", model_store_uri="models")
+    same = EcsTarget(cluster="ray", head_address="h", bucket="b", model_store_uri="s3://b/models", region="eu-west-1")
+    assert (same.aws.bucket, same.aws.region_name) == ("b", "eu-west-1")
+
+
+def test_serve_binds_where_the_target_says() -> None:
+    assert target().serve_http_options() == {"host": "0.0.0.0", "port": 8000}  # reachable from the VPC
+    assert target(serve_host="127.0.0.1", serve_port=9000).serve_http_options() == {"host": "127.0.0.1", "port": 9000}

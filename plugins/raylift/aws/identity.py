@@ -62,8 +62,14 @@ def caller_identity(aws_conn_id: str | None = "aws_default", region_name: str | 
     return identity
 
 
-def check_bucket(s3_client: Any, bucket: str) -> None:
-    """HeadBucket: StagingError naming the bucket when it is missing, forbidden or unreachable."""
+def check_bucket(
+    s3_client: Any, bucket: str, *, role: str = "S3 bucket", fix: str = "create it (terraform) or set the 'bucket' target option"
+) -> None:
+    """HeadBucket: StagingError naming the bucket when it is missing, forbidden or unreachable.
+
+    :param role: what the bucket is to the caller, first words of each message (e.g. "Model source bucket").
+    :param fix: what to do when it does not exist.
+    """
     from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
     try:
@@ -74,18 +80,18 @@ def check_bucket(s3_client: Any, bucket: str) -> None:
         ) from None
     except EndpointConnectionError as exc:
         raise StagingError(
-            f"S3 bucket {bucket!r} is unreachable ({exc}): check the region, endpoint and network path."
+            f"{role} {bucket!r} is unreachable ({exc}): check the region, endpoint and network path."
         ) from None
     except ClientError as exc:
         code = _error_code(exc)
         if code in ("404", "NoSuchBucket", "NotFound"):
             raise StagingError(
-                f"S3 bucket {bucket!r} does not exist: create it (terraform) or set the 'bucket' target option."
+                f"{role} {bucket!r} does not exist: {fix}."
             ) from None
         if code in ("403", "AccessDenied", "Forbidden"):
             raise StagingError(
-                f"Access to S3 bucket {bucket!r} is denied: grant s3:ListBucket/GetObject/PutObject to the caller."
+                f"Access to {role} {bucket!r} is denied: grant s3:ListBucket/GetObject/PutObject to the caller."
             ) from None
         if code in CREDENTIAL_ERROR_CODES:
             raise CredentialsError(f"AWS rejected the credentials while reaching bucket {bucket!r} ({code}).") from None
-        raise StagingError(f"S3 bucket {bucket!r} check failed ({code or exc}).") from None
+        raise StagingError(f"{role} {bucket!r} check failed ({code or exc}).") from None

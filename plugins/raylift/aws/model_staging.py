@@ -58,6 +58,15 @@ def resolve(
     if is_tarball_url(source):
         folder, sha = fetch_tarball(source, cache_dir)
         return folder, revision or f"tar-{sha[:12]}"
+    if source.startswith("s3://"):  # a clear error for a source bucket that is missing or not readable
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        check_bucket(
+            S3Hook(aws_conn_id=aws_conn_id).get_conn(),
+            source[5:].split("/", 1)[0],
+            role="Model source bucket",
+            fix=f"check the 'model_source' param ({source!r}) and that the bucket is in this account/region",
+        )
     try:
         found = resolve_source(source, revision=revision, cache_dir=cache_dir, aws_conn_id=aws_conn_id)
     except ModelSourceError:
