@@ -74,6 +74,9 @@ class LocalSettings:
 RAY_VERSION = "2.60.0"
 SERVE_APPS_DIR_NAME = "serve_apps"
 DEFAULT_APP_NAME = "llm"
+# Benchmark reports in the Airflow UI: the raylift plugin mounts its read-only reports app here on the
+# api-server; the benchmark task's extra link and the demo summary point into it.
+REPORTS_URL_PREFIX = "/raylift-reports"
 
 # Timeouts (seconds) for the long waits; operators expose them as arguments.
 CLUSTER_READY_TIMEOUT_S = 180

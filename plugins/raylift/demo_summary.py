@@ -1,4 +1,4 @@
-"""Print what `make demo` produced: endpoint URL, a curl that works, and the benchmark table."""
+"""Print what `make demo` produced: endpoint URL, a curl that works, the benchmark table and its report."""
 
 from __future__ import annotations
 
@@ -6,9 +6,34 @@ import argparse
 import json
 import sys
 
-from raylift.config import local_settings
+from raylift.config import REPORTS_URL_PREFIX, local_settings
 from raylift.deploy_state import run_key
 from raylift.store import LocalStore
+
+
+def api_base_url() -> str:
+    """The Airflow api-server's URL from Airflow's config (``[api] base_url``, else host and port)."""
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="") or ""
+    if base:
+        return base.rstrip("/")
+    host = conf.get("api", "host", fallback="127.0.0.1")
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    return f"http://{host}:{conf.getint('api', 'port', fallback=8080)}"
+
+
+def report_location(run_folder: str) -> str | None:
+    """The report's URL in the Airflow UI if an api-server with the raylift plugin answers, else None."""
+    import httpx
+
+    from raylift.bench.report import report_url
+
+    url = report_url(run_folder, api_base_url())
+    try:
+        return url if httpx.get(url, timeout=3).status_code == 200 else None
+    except httpx.HTTPError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print("\nbenchmark:")
         print(format_table(bench))
+    report = store.path(f"{run_key(args.run_id)}/benchmark.html")
+    if report.is_file():
+        where = report_location(report.parent.name)
+        print(f"report:    {where or report}")
+        if where is None:
+            print(f"           (in the Airflow UI once `airflow api-server` runs: {api_base_url()}"
+                  f"{REPORTS_URL_PREFIX}/, or the benchmark task's 'Benchmark report' link)")
     print("\nstop it:   make teardown")
     return 1 if failed else 0
 

@@ -10,12 +10,20 @@ import base64
 import csv
 import html
 import json
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from raylift.bench.metrics import STAT_KEYS
 from raylift.bench.runner import format_table
+
+if TYPE_CHECKING:
+    from raylift.store import ObjectStore
+
+REPORT_PAGE = "benchmark.html"
+HISTORY_RUNS = 20
 
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 SCALARS = ("concurrency", "requests", "errors", "error_rate", "cancelled", "output_tokens", "input_tokens",
@@ -165,3 +173,41 @@ def write_report(
     images = [p for key, p in paths.items() if key.endswith("_png")]
     paths["html"] = write_html(result, images, out / f"{name}.html", title=f"raylift benchmark: {name}")
     return paths
+
+
+def run_history(store: ObjectStore, runs_prefix: str, result: Mapping[str, Any], *, limit: int = HISTORY_RUNS
+                ) -> list[dict[str, Any]]:
+    """Earlier results of the same model at the same endpoint, oldest first (at most ``limit``), from the
+    ``benchmark.json`` files under ``runs_prefix``."""
+    runs = []
+    for key in store.list(runs_prefix):
+        if not key.endswith("/benchmark.json"):
+            continue
+        earlier = store.read_json(key) or {}
+        same = earlier.get("model") == result.get("model") and earlier.get("endpoint") == result.get("endpoint")
+        if same and earlier.get("levels") and earlier.get("started_at") != result.get("started_at"):
+            runs.append(earlier)
+    runs.sort(key=lambda run: str(run.get("started_at", "")))
+    return runs[-limit:]
+
+
+def write_run_report(
+    store: ObjectStore, run_prefix: str, result: Mapping[str, Any], *, history: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, str]:
+    """Write the report files (:func:`write_report`) into ``run_prefix`` of a model store (a local
+    directory or S3); returns the store key of each file by kind."""
+    with tempfile.TemporaryDirectory(prefix="raylift-report-") as tmp:
+        paths = write_report(result, tmp, history=[*history, result] if history else None)
+        keys = {}
+        for kind, path in paths.items():
+            keys[kind] = f"{run_prefix}/{path.name}"
+            store.upload_file(keys[kind], path)
+    return keys
+
+
+def report_url(run_folder: str, base_url: str = "") -> str:
+    """Where the Airflow api-server shows a run's report (the raylift plugin's reports app);
+    ``base_url`` is the api-server's (empty: a path on the same server)."""
+    from raylift.config import REPORTS_URL_PREFIX
+
+    return f"{base_url.rstrip('/')}{REPORTS_URL_PREFIX}/runs/{quote(run_folder, safe='')}/{REPORT_PAGE}"

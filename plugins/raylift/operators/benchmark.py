@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperatorLink
 
 from raylift.config import DEFAULT_APP_NAME
 from raylift.errors import GateError
 from raylift.operators.base import Stopwatch, TargetOperator
 
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.types import TaskInstanceKey
+
+
+class BenchmarkReportLink(BaseOperatorLink):
+    """The benchmark task's "Benchmark report" button: this run's report page, served by the raylift
+    plugin's reports app on the api-server (``[api] base_url`` if set, else a path on the same server)."""
+
+    name = "Benchmark report"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.configuration import conf
+
+        from raylift.bench.report import report_url
+        from raylift.deploy_state import run_key
+
+        base = conf.get("api", "base_url", fallback="") or ""
+        return report_url(run_key(ti_key.run_id).rsplit("/", 1)[1], base)
+
 
 class BenchmarkOperator(TargetOperator):
+    operator_extra_links = (BenchmarkReportLink(),)
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
@@ -41,6 +64,7 @@ class BenchmarkOperator(TargetOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from raylift.bench.gates import evaluate
+        from raylift.bench.report import run_history, write_run_report
         from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
         from raylift.rollback import restore_app
@@ -62,12 +86,18 @@ class BenchmarkOperator(TargetOperator):
         state = self.state_for(str(self.app_name))
         run_id = context["run_id"]
         state.store.write_json(f"{run_key(run_id)}/benchmark.json", result)
+        try:  # the report is for people; a plotting failure must not stop the gates below
+            history = run_history(state.store, run_key(run_id).rsplit("/", 1)[0], result)
+            files = write_run_report(state.store, run_key(run_id), result, history=history)
+            self.log.info("benchmark report: %s", state.store.child_uri(files["html"]))
+        except Exception:
+            self.log.exception("benchmark report not written; the gates still apply")
         good = state.last_good()
         slos = {k: v for k, v in (self.slos or {}).items() if v is not None}
         violations = evaluate(result, slos, (good or {}).get("benchmark"))
         if violations:
             action = restore_app(self.target_impl, state, run_id, str(self.app_name))
-            details = "; ".join(str(v) for v in violations)
+            details = "; ".join(v.message for v in violations)
             raise GateError(f"Release gate failed: {details}. Rolled back: {action}.")
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
         if config:

@@ -1,0 +1,101 @@
+"""Benchmark reports in the Airflow UI: a read-only FastAPI app the raylift plugin mounts on the api-server.
+
+It serves the files the benchmark step writes into the model store's run folders
+(``<model store>/_raylift/runs/<run>/benchmark.html``, ``.png``, ``.json``, ``.csv``) and nothing
+else: names are checked against a strict pattern and an extension allow-list, the resolved path must
+lie inside the runs folder (symlinks out of it are refused), and only GET/HEAD exist. Pages carry a
+Content-Security-Policy without scripts. Routes, under :data:`raylift.config.REPORTS_URL_PREFIX`:
+
+- ``/`` — the runs that have a report, newest first;
+- ``/runs/<run id>/`` — that run's report page (``benchmark.html``), else a list of its files;
+- ``/runs/<run id>/<file>`` — one file.
+
+``<run id>`` may be Airflow's run id or its folder name: both map to the folder as
+:func:`raylift.deploy_state.run_key` does.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+
+from raylift.config import local_settings
+from raylift.deploy_state import run_key
+
+MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".png": "image/png", ".json": "application/json",
+               ".csv": "text/csv; charset=utf-8"}
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:1.5em}} li{{margin:.2em 0}}</style></head>
+<body><h1>{title}</h1>{body}</body></html>"""
+
+
+def default_runs_root() -> Path:
+    """The local model store's runs folder (where the benchmark step writes its reports)."""
+    return local_settings().model_store / Path(run_key("_")).parent
+
+
+def _folder(root: Path, run: str) -> Path:
+    """The run's folder, or 404: the name must be plain and the folder inside ``root``."""
+    name = run_key(run).rsplit("/", 1)[1]
+    if not _NAME.match(name):
+        raise HTTPException(404, "no such run")
+    folder = (root / name).resolve()
+    if folder.parent != root or not folder.is_dir():
+        raise HTTPException(404, f"no benchmark report for run {run!r}")
+    return folder
+
+
+def _page(title: str, body: str) -> HTMLResponse:
+    return HTMLResponse(_PAGE.format(title=html.escape(title), body=body), headers=_HEADERS)
+
+
+def create_app(runs_root: Path | Callable[[], Path] = default_runs_root) -> FastAPI:
+    """The reports app over ``runs_root`` (a folder, or a function giving it per request, so a
+    long-running api-server follows ``RAYLIFT_HOME``)."""
+    app = FastAPI(title="raylift benchmark reports", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def root() -> Path:
+        return (runs_root() if callable(runs_root) else runs_root).resolve()
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> HTMLResponse:
+        base = root()
+        runs = sorted(
+            (p for p in base.glob("*/benchmark.html") if p.parent.parent == base and _NAME.match(p.parent.name)),
+            key=lambda p: p.stat().st_mtime, reverse=True,
+        )[:200]
+        items = "".join(
+            f'<li><a href="runs/{html.escape(p.parent.name)}/">{html.escape(p.parent.name)}</a></li>' for p in runs
+        )
+        return _page("raylift benchmark reports", f"<ul>{items}</ul>" if items else "<p>No reports yet.</p>")
+
+    @app.get("/runs/{run}/", response_model=None)
+    def run_page(run: str) -> Response:
+        folder = _folder(root(), run)
+        if (folder / "benchmark.html").is_file():
+            return RedirectResponse(f"../{folder.name}/benchmark.html", status_code=307)
+        files = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in MEDIA_TYPES)
+        items = "".join(f'<li><a href="{html.escape(n)}">{html.escape(n)}</a></li>' for n in files)
+        return _page(f"run {folder.name}", f"<p>No report page; files:</p><ul>{items}</ul>")
+
+    @app.get("/runs/{run}/{name}", response_model=None)
+    def run_file(run: str, name: str) -> Response:
+        folder = _folder(root(), run)
+        path = (folder / name).resolve()
+        media = MEDIA_TYPES.get(path.suffix)
+        if not _NAME.match(name) or media is None or path.parent != folder or not path.is_file():
+            raise HTTPException(404, "no such report file")
+        return FileResponse(path, media_type=media, headers=_HEADERS)
+
+    return app

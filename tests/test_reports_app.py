@@ -1,0 +1,118 @@
+"""The benchmark reports app, mounted the way the api-server mounts plugin apps, served on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from airflow.api_fastapi.app import init_plugins
+from fastapi import FastAPI
+
+from raylift.bench.report import report_url, write_report
+from raylift.config import REPORTS_URL_PREFIX
+from raylift.deploy_state import run_key
+from raylift.operators.benchmark import BenchmarkReportLink
+from tests.bench.test_cost_gates_report import _level, _result
+
+RUN_ID = "manual__2026-11-23T02:21:47.123456+00:00"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """RAYLIFT_HOME's model store with one real report in its runs folder, plus things never to serve."""
+    home = tmp_path_factory.mktemp("home")
+    root = home / "model-store/_raylift/runs"
+    write_report(_result([_level(1, 100, 50), _level(4, 300, 90)]), root / run_key(RUN_ID).rsplit("/", 1)[1])
+    outside = root.parent.parent / "secret.json"
+    outside.write_text('{"secret": true}')
+    (root / "evil").mkdir()
+    (root / "evil/leak.json").symlink_to(outside)
+    (root / "linked").symlink_to(root.parent.parent)  # a run folder that is really the store root
+    (root / "evil/.hidden.json").write_text("{}")
+    (root / "evil/notes.py").write_text("print('x')")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAYLIFT_HOME", str(home))  # the plugin's app finds the runs folder from it
+        yield root
+
+
+@pytest.fixture(scope="module")
+def server(runs: Path) -> Iterator[str]:
+    """uvicorn on 127.0.0.1 serving what Airflow's api-server mounts from plugins (its own ``init_plugins``)."""
+    parent = FastAPI()
+    init_plugins(parent)
+    assert [r.path for r in parent.routes if r.path == REPORTS_URL_PREFIX], "raylift plugin app not mounted"
+    sock = socket.create_server(("127.0.0.1", 0))
+    srv = uvicorn.Server(uvicorn.Config(parent, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def test_extra_link_points_at_the_report_page(server: str) -> None:
+    class Key:
+        run_id = RUN_ID
+
+    link = BenchmarkReportLink().get_link(None, ti_key=Key())  # type: ignore[arg-type]
+    assert link == report_url(run_key(RUN_ID).rsplit("/", 1)[1])
+    page = httpx.get(server + link, timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "raylift benchmark" in page.text and "TTFT p50" in page.text and "data:image/png;base64," in page.text
+    assert "script-src" not in page.headers["content-security-policy"]  # default-src 'none': no scripts
+
+
+def test_index_and_run_page_lead_to_the_report(server: str) -> None:
+    index = httpx.get(f"{server}{REPORTS_URL_PREFIX}/", timeout=10)
+    folder = run_key(RUN_ID).rsplit("/", 1)[1]
+    assert index.status_code == 200 and f'href="runs/{folder}/"' in index.text
+    # the Dag run tab uses Airflow's run id; the app maps it to the folder and redirects to the page
+    page = httpx.get(f"{server}{REPORTS_URL_PREFIX}/runs/{RUN_ID}/", timeout=10, follow_redirects=True)
+    assert page.status_code == 200 and str(page.url).endswith(f"/runs/{folder}/benchmark.html")
+
+
+def test_png_and_csv_are_served_with_their_types(server: str) -> None:
+    base = f"{server}{REPORTS_URL_PREFIX}/runs/{run_key(RUN_ID).rsplit('/', 1)[1]}"
+    png = httpx.get(f"{base}/benchmark-latency.png", timeout=10)
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG\r\n\x1a\n") and len(png.content) > 5000
+    csv = httpx.get(f"{base}/benchmark.csv", timeout=10)
+    assert csv.status_code == 200 and csv.text.startswith("concurrency,requests,")
+
+
+@pytest.mark.parametrize("path", [
+    "/runs/evil/leak.json",              # a symlink out of the runs folder
+    "/runs/linked/secret.json",          # a run folder that is a symlink to the store root
+    "/runs/evil/.hidden.json",           # dotfiles
+    "/runs/evil/notes.py",               # not a report file type
+    "/runs/../secret.json",              # traversal, plain (the client normalises it: a 404 either way)
+    "/runs/%2e%2e/secret.json",          # traversal, encoded dots
+    "/runs/evil/..%2f..%2fsecret.json",  # traversal, encoded slashes
+    "/runs/..%2f..%2f/secret.json",
+    "/runs/%2e%2e%2f%2e%2e/secret.json",
+    "/runs/nosuchrun/",
+])
+def test_refuses_anything_but_report_files_in_the_runs_folder(server: str, path: str) -> None:
+    resp = httpx.get(f"{server}{REPORTS_URL_PREFIX}{path}", timeout=10)
+    assert resp.status_code == 404, (path, resp.status_code, resp.text[:200])
+    assert "secret" not in resp.text
+
+
+def test_read_only(server: str) -> None:
+    url = f"{server}{REPORTS_URL_PREFIX}/runs/{run_key(RUN_ID).rsplit('/', 1)[1]}/benchmark.json"
+    assert httpx.get(url, timeout=10).status_code == 200
+    for method in ("POST", "PUT", "DELETE"):
+        assert httpx.request(method, url, timeout=10).status_code == 405
