@@ -81,9 +81,31 @@ REPORTS_URL_PREFIX = "/raylift-reports"
 # Timeouts (seconds) for the long waits; operators expose them as arguments.
 CLUSTER_READY_TIMEOUT_S = 180
 DEPLOY_TIMEOUT_S = 600
+# Start-before-stop rollouts: Ray Serve 2.60 stops an old replica *before* starting its replacement
+# (rolling waves of max(20 % of replicas, 1)), so a 1-replica app goes dark during every code update.
+# raylift asks for this many extra replicas while a new version rolls out, then scales back.
+# 0 turns it off (for clusters with no room for one more replica). Env RAYLIFT_ROLLOUT_SURGE overrides.
+ROLLOUT_SURGE_REPLICAS = int(os.environ.get("RAYLIFT_ROLLOUT_SURGE", "1"))
 POLL_INTERVAL_S = 3.0
 
 
 def local_settings() -> LocalSettings:
     """Fresh settings each call so tests can point RAYLIFT_HOME elsewhere."""
     return LocalSettings()
+
+# Entry points: the scheduled redeploy and the staged-model asset (dags/raylift_redeploy.py).
+# The cron is read from the Airflow Variable below (also settable as env AIRFLOW_VAR_RAYLIFT_REDEPLOY_CRON,
+# Airflow's environment secrets backend); without one, this default applies.
+DEFAULT_REDEPLOY_CRON = "0 3 * * *"
+REDEPLOY_CRON_VARIABLE = "raylift_redeploy_cron"
+# StageModelOperator adds an event for the staged model's Asset (uri = its model-store location) to
+# this alias; raylift_redeploy is scheduled on it.
+STAGED_MODEL_ALIAS = "raylift-staged-model"
+DEPLOY_DAG_ID = "raylift_deploy"
+
+
+def redeploy_cron() -> str:
+    """The redeploy cron: Airflow Variable ``raylift_redeploy_cron`` if set, else ``DEFAULT_REDEPLOY_CRON``."""
+    from airflow.sdk import Variable
+
+    return str(Variable.get(REDEPLOY_CRON_VARIABLE, default=DEFAULT_REDEPLOY_CRON)).strip()

@@ -78,5 +78,9 @@ class KubernetesApiError(RayliftError):
     """The Kubernetes API refused a request (the message carries its status code and reason)."""
 
 
+class RedeployError(RayliftError):
+    """There is no last good deploy to redeploy, or its record cannot be replayed."""
+
+
 class ServeFitError(RayliftValueError):
     """A Serve config is invalid or cannot fit the cluster (the message names the numbers); nothing was applied."""

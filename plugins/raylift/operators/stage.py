@@ -1,10 +1,17 @@
-"""Stage the model into the model store (skips files whose checksum already matches)."""
+"""Stage the model into the model store (skips files whose checksum already matches).
+
+With the ``raylift-staged-model`` alias among its ``outlets`` (``raylift.assets.staged_model_alias()``),
+the task announces the staged model as an Asset event, which starts DAGs scheduled on the alias
+(raylift_redeploy). raylift_deploy does not declare it: it deploys what it stages itself, and announcing
+would make raylift_redeploy deploy the same model again (which would stage and announce it again).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from raylift.operators.base import Stopwatch, TargetOperator
+from raylift.targets.base import StagedModel
 
 
 class StageModelOperator(TargetOperator):
@@ -18,7 +25,7 @@ class StageModelOperator(TargetOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         watch = Stopwatch()
-        staged = self.target_impl.stage_model(
+        staged: StagedModel = self.target_impl.stage_model(
             source=str(self.model_source), model_id=str(self.model_id), revision=self.revision or None
         )
         self.log.info(
@@ -31,4 +38,18 @@ class StageModelOperator(TargetOperator):
             staged.skipped_files,
             watch,
         )
+        self._announce(context, staged)
         return staged.to_xcom()
+
+    def _announce(self, context: Any, staged: StagedModel) -> None:
+        """Add the staged model's Asset event to the staged-model alias, if this task declares it."""
+        from raylift.assets import model_asset, staged_model_alias, staged_model_extra
+
+        alias = staged_model_alias()
+        if alias not in self.outlets:
+            return
+        asset = model_asset(staged)
+        context["outlet_events"][alias].add(asset, extra=staged_model_extra(staged))
+        self.log.info(
+            "announced staged model %s@%s as asset %s (alias %s)", staged.model_id, staged.revision, asset.uri, alias.name
+        )

@@ -56,9 +56,12 @@ def stage_model(
     manifest_key = f"{prefix}/{MANIFEST_NAME}"
     previous = Manifest.from_json(store.read_json(manifest_key, {"model_id": model_id, "revision": "", "files": {}}))
 
-    # is_file() follows symlinks, which is how hub snapshots point at their blobs.
+    # is_file() follows symlinks, which is how hub snapshots point at their blobs. A source that is itself
+    # a staged location (a redeploy of a staged model) carries our manifest: bookkeeping, not a model file.
     files = sorted(
-        p for p in resolved.path.rglob("*") if p.is_file() and ".cache" not in p.relative_to(resolved.path).parts
+        p
+        for p in resolved.path.rglob("*")
+        if p.is_file() and ".cache" not in p.relative_to(resolved.path).parts and p.name != MANIFEST_NAME
     )
     manifest = Manifest(model_id, resolved.revision, source)
     total = sum(p.stat().st_size for p in files)

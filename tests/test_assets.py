@@ -1,0 +1,39 @@
+"""The staged-model Asset: URIs Airflow accepts for both store kinds, and an extra without the source."""
+
+from __future__ import annotations
+
+from raylift.assets import model_asset, model_asset_uri, staged_model_alias, staged_model_extra
+from raylift.config import STAGED_MODEL_ALIAS
+from raylift.targets.base import StagedModel
+
+
+def staged(uri: str) -> StagedModel:
+    return StagedModel(
+        model_id="org/model", revision="abc123", uri=uri, manifest_uri=f"{uri}/raylift-manifest.json",
+        files={"model.safetensors": {"size": 1, "sha256": "00"}}, copied_files=1,
+    )
+
+
+def test_local_store_location_becomes_a_file_uri() -> None:
+    asset = model_asset(staged("/var/raylift/model-store/org--model/abc123/"))
+    assert asset.uri == "file:///var/raylift/model-store/org--model/abc123"
+    assert asset.name == asset.uri
+
+
+def test_s3_location_is_kept_as_is_without_trailing_slash() -> None:
+    assert model_asset_uri("s3://bucket/prefix/org--model/abc123/") == "s3://bucket/prefix/org--model/abc123"
+    assert model_asset(staged("s3://bucket/prefix/org--model/abc123")).uri == "s3://bucket/prefix/org--model/abc123"
+
+
+def test_extra_names_the_model_and_where_it_is_but_not_its_files() -> None:
+    extra = staged_model_extra(staged("s3://bucket/m/abc123"))
+    assert extra == {
+        "model_id": "org/model",
+        "revision": "abc123",
+        "uri": "s3://bucket/m/abc123",
+        "manifest_uri": "s3://bucket/m/abc123/raylift-manifest.json",
+    }
+
+
+def test_alias_name_comes_from_config() -> None:
+    assert staged_model_alias().name == STAGED_MODEL_ALIAS
