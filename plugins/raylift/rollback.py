@@ -14,8 +14,18 @@ from raylift.targets.base import Target
 log = logging.getLogger(__name__)
 
 
-def restore_app(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
-    """Re-apply ``app_name`` from the last good config (or the pre-deploy one); returns what was done."""
+def restore_app(
+    target: Target, state: DeploymentState, run_id: str, app_name: str, *, new_version_running: bool = True
+) -> str:
+    """Re-apply ``app_name`` from the last good config (or the pre-deploy one); returns what was done.
+
+    ``new_version_running``: the failed version is RUNNING (a smoke test or gate failed), so going back
+    restarts replicas: do it start-before-stop and wait for it. False after a failed deploy, where
+    Serve never stopped the old replicas and going back to them is a lightweight update.
+    """
+    from raylift.config import DEPLOY_TIMEOUT_S
+    from raylift.rollout import apply_with_surge
+
     saved, source = state.rollback_config(run_id)
     current = target.current_serve_config()
     app = app_by_name(saved, app_name) if saved else None
@@ -26,7 +36,12 @@ def restore_app(target: Target, state: DeploymentState, run_id: str, app_name: s
         restored = dict(current)
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
         action = f"removed app {app_name!r} (it had no earlier good version: {source})"
-    target.apply_serve_config(restored)
+    if app is not None and new_version_running:
+        event = apply_with_surge(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S)
+        if event.get("status") != "success":
+            action += f" (but it is not RUNNING yet: {event.get('message', event.get('status'))})"
+    else:
+        target.apply_serve_config(restored)
     log.warning("rollback: %s", action)
     return action
 

@@ -79,6 +79,7 @@ class ServeDeployOperator(TargetOperator):
         )
 
     def execute(self, context: Any) -> Any:
+        from raylift.rollout import surge_config
         from raylift.serve_config import config_hash, merge_app
 
         watch = Stopwatch()
@@ -92,12 +93,15 @@ class ServeDeployOperator(TargetOperator):
         config = merge_app(current, app, defaults=defaults)
         run_id = context["run_id"]
         self.state_for(str(self.app_name)).save_pre_deploy(run_id, current)
-        target.apply_serve_config(config)
+        surged = surge_config(current, config, str(self.app_name))
+        target.apply_serve_config(surged or config)
         self.log.info(
-            "submitted Serve config %s (app %r, %s app(s) in total) in %s; waiting for RUNNING",
-            config_hash(config)[:12], self.app_name, len(config["applications"]), watch,
+            "submitted Serve config %s (app %r, %s app(s) in total%s) in %s; waiting for RUNNING",
+            config_hash(config)[:12], self.app_name, len(config["applications"]),
+            ", start-before-stop with a surge replica" if surged else "", watch,
         )
         context["ti"].xcom_push(key="serve_config", value=config)
+        context["ti"].xcom_push(key="surged", value=surged is not None)
         trigger = target.deploy_trigger(app_names=[str(self.app_name)], timeout_s=self.timeout_s)
         if self.deferrable:
             from datetime import timedelta
@@ -122,6 +126,10 @@ class ServeDeployOperator(TargetOperator):
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
         if event.get("status") == "success":
             self.log.info("Serve apps RUNNING: %s", event.get("apps"))
+            if context["ti"].xcom_pull(task_ids=self.task_id, key="surged"):
+                from raylift.rollout import settle
+
+                settle(self.target_impl, config, str(self.app_name))
             return {
                 "app_name": self.app_name,
                 "config_hash": config_hash(config),
@@ -129,7 +137,11 @@ class ServeDeployOperator(TargetOperator):
                 "served_name": self.served_name,
             }
         reason = event.get("message", "unknown")
-        action = restore_app(self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name))
+        # Serve never stopped the old replicas (start-before-stop), so going back to them is lightweight.
+        action = restore_app(
+            self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name),
+            new_version_running=False,
+        )
         raise DeployError(
             f"Serve app {self.app_name!r} did not deploy ({event.get('app_status') or event.get('status')}): "
             f"{reason}\n"

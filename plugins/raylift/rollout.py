@@ -1,0 +1,127 @@
+"""Start-before-stop rollouts on top of Ray Serve's rolling update.
+
+Ray Serve 2.60 replaces replicas in waves of ``max(20 % of num_replicas, 1)`` and stops each old
+replica *before* its replacement starts; only while fewer replicas run than the target does it
+hold off stopping. So a code update of a 1-replica app (the common case on a small cluster) leaves
+no replica to answer until the new one has loaded its model: a minute or more of failed requests.
+
+raylift therefore applies a code update with ``num_replicas + surge``: Serve first *adds* the
+missing replica (of the new version) and stops an old one only once the new one is RUNNING, so
+the number of serving replicas never drops below what was asked for. Once the app is RUNNING the
+final config (the real replica count) is applied: a lightweight update that stops the surplus
+replica gracefully. If the new version never starts, the old replicas were never stopped, and a
+rollback to them is a lightweight update too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+from raylift.config import ROLLOUT_SURGE_REPLICAS
+from raylift.serve_config import app_by_name, merge_app
+from raylift.targets.base import Target
+
+log = logging.getLogger(__name__)
+
+# Changing only these keeps the running replicas (Serve's "lightweight config updates"); any other
+# difference is a code update that restarts replicas.
+LIGHTWEIGHT_APP_KEYS = frozenset({"name", "route_prefix", "deployments", "logging_config"})
+LIGHTWEIGHT_DEPLOYMENT_KEYS = frozenset(
+    {
+        "name",
+        "num_replicas",
+        "autoscaling_config",
+        "user_config",
+        "max_ongoing_requests",
+        "max_queued_requests",
+        "graceful_shutdown_timeout_s",
+        "graceful_shutdown_wait_loop_s",
+        "health_check_period_s",
+        "health_check_timeout_s",
+        "request_router_config",
+        "logging_config",
+    }
+)
+
+
+def _heavy(entry: dict[str, Any], lightweight: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k not in lightweight}
+
+
+def restarts_replicas(old_app: dict[str, Any] | None, new_app: dict[str, Any]) -> bool:
+    """Whether going from ``old_app`` to ``new_app`` is a code update (replicas restart)."""
+    if old_app is None:
+        return False  # a new app: nothing is serving that could go dark
+    if _heavy(old_app, LIGHTWEIGHT_APP_KEYS) != _heavy(new_app, LIGHTWEIGHT_APP_KEYS):
+        return True
+    old_deps = {d.get("name"): d for d in old_app.get("deployments", [])}
+    for dep in new_app.get("deployments", []):
+        before = old_deps.get(dep.get("name"), {})
+        if _heavy(before, LIGHTWEIGHT_DEPLOYMENT_KEYS) != _heavy(dep, LIGHTWEIGHT_DEPLOYMENT_KEYS):
+            return True
+    return False
+
+
+def with_surge(app: dict[str, Any], extra: int) -> dict[str, Any]:
+    """``app`` asking for ``extra`` more replicas per deployment (fixed counts and autoscaling floors)."""
+    surged = copy.deepcopy(app)
+    for dep in surged.get("deployments", []):
+        auto = dep.get("autoscaling_config")
+        if isinstance(auto, dict):
+            auto["min_replicas"] = int(auto.get("min_replicas", 1)) + extra
+            auto["max_replicas"] = max(int(auto.get("max_replicas", 1)), auto["min_replicas"])
+        elif int(dep.get("num_replicas", 1)) > 0:
+            dep["num_replicas"] = int(dep.get("num_replicas", 1)) + extra
+    return surged
+
+
+def surge_config(
+    current: dict[str, Any], config: dict[str, Any], app_name: str, *, extra: int = ROLLOUT_SURGE_REPLICAS
+) -> dict[str, Any] | None:
+    """The config to apply first so ``app_name`` never has fewer serving replicas than asked for,
+    or None when ``config`` can be applied as is (new app, lightweight change, surge disabled)."""
+    new_app = app_by_name(config, app_name)
+    if extra <= 0 or new_app is None or not restarts_replicas(app_by_name(current, app_name), new_app):
+        return None
+    return merge_app(config, with_surge(new_app, extra), defaults=config)
+
+
+def settle(target: Target, final: dict[str, Any], app_name: str) -> None:
+    """After a surged rollout is RUNNING: apply ``app_name`` as finally configured (a lightweight
+    update that gracefully stops the surplus replicas), keeping whatever else runs now."""
+    app = app_by_name(final, app_name)
+    if app is None:
+        return
+    target.apply_serve_config(merge_app(target.current_serve_config(), app, defaults=final))
+    log.info("rollout: app %r back to its configured replica count after a start-before-stop update", app_name)
+
+
+def wait_for_apps(target: Target, app_names: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run the target's deploy trigger to its first event, in this process (for steps that must
+    finish a rollout before they return, such as a rollback)."""
+    trigger = target.deploy_trigger(app_names=app_names, timeout_s=timeout_s)
+
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        return {"status": "error", "message": "the deploy trigger ended without an event"}
+
+    return asyncio.run(first_event())
+
+
+def apply_with_surge(
+    target: Target, config: dict[str, Any], app_name: str, *, timeout_s: float, extra: int = ROLLOUT_SURGE_REPLICAS
+) -> dict[str, Any]:
+    """Apply ``config`` start-before-stop and wait until ``app_name`` is RUNNING (blocking).
+
+    Returns the trigger's event; on failure the surged config stays applied, so the caller decides
+    what to restore (the old replicas were never stopped)."""
+    surged = surge_config(target.current_serve_config(), config, app_name, extra=extra)
+    target.apply_serve_config(surged or config)
+    event = wait_for_apps(target, [app_name], timeout_s)
+    if surged is not None and event.get("status") == "success":
+        settle(target, config, app_name)
+    return event

@@ -1,0 +1,81 @@
+"""Which config changes restart replicas, and how the surge config is built."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from raylift.rollout import restarts_replicas, surge_config, with_surge
+from raylift.serve_config import app_by_name, load_config, merge_app, render_app
+
+CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
+
+
+@pytest.fixture()
+def running() -> dict:
+    base = load_config(CONFIGS / "llm-cpu.yaml")
+    app = render_app(base, app_name="llm", working_dir="file:///a.zip", args={"model": "/m"}, replicas=1)
+    other = {**copy.deepcopy(app), "name": "other", "route_prefix": "/other"}
+    return merge_app(merge_app({}, other, defaults=base), app, defaults=base)
+
+
+def changed(config: dict, fn) -> dict:  # noqa: ANN001 - a small mutator
+    new = copy.deepcopy(config)
+    fn(app_by_name(new, "llm"))
+    return new
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda a: a["args"].update(fail_on_start="boom"),
+        lambda a: a["runtime_env"].update(working_dir="file:///b.zip"),
+        lambda a: a["deployments"][0]["ray_actor_options"].update(num_cpus=2),
+    ],
+    ids=["args", "working_dir", "actor_options"],
+)
+def test_code_updates_restart_replicas(running: dict, mutate) -> None:  # noqa: ANN001
+    assert restarts_replicas(app_by_name(running, "llm"), app_by_name(changed(running, mutate), "llm"))
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda a: a["deployments"][0].update(num_replicas=3),
+        lambda a: a["deployments"][0].update(user_config={"x": 1}),
+        lambda a: a["deployments"][0].update(max_ongoing_requests=8),
+    ],
+    ids=["num_replicas", "user_config", "max_ongoing_requests"],
+)
+def test_lightweight_updates_keep_replicas(running: dict, mutate) -> None:  # noqa: ANN001
+    new = changed(running, mutate)
+    assert not restarts_replicas(app_by_name(running, "llm"), app_by_name(new, "llm"))
+    assert surge_config(running, new, "llm", extra=1) is None
+
+
+def test_surge_adds_replicas_only_to_the_deployed_app(running: dict) -> None:
+    new = changed(running, lambda a: a["args"].update(fail_on_start="boom"))
+    surged = surge_config(running, new, "llm", extra=1)
+    assert surged is not None
+    assert app_by_name(surged, "llm")["deployments"][0]["num_replicas"] == 2
+    assert app_by_name(surged, "llm")["args"]["fail_on_start"] == "boom"
+    assert app_by_name(surged, "other") == app_by_name(running, "other")
+    # the final config is untouched, and turning surge off or deploying a new app needs none
+    assert app_by_name(new, "llm")["deployments"][0]["num_replicas"] == 1
+    assert surge_config(running, new, "llm", extra=0) is None
+    assert surge_config({}, new, "llm", extra=1) is None
+
+
+def test_surge_raises_autoscaling_floor_and_keeps_zero_replica_apps() -> None:
+    app = {
+        "name": "a",
+        "deployments": [
+            {"name": "auto", "autoscaling_config": {"min_replicas": 0, "max_replicas": 5}},
+            {"name": "fixed", "num_replicas": 0},
+        ],
+    }
+    deps = {d["name"]: d for d in with_surge(app, 1)["deployments"]}
+    assert deps["auto"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 5}
+    assert deps["fixed"]["num_replicas"] == 0
