@@ -77,18 +77,41 @@ def test_rerun_reuploads_what_changed_in_s3(bucket: str, tmp_path: Path) -> None
 def test_interrupted_run_resumes_without_reuploading(bucket: str, s3_proxy: Proxy, tmp_path: Path) -> None:
     src = make_model(tmp_path / "src")
     dest = S3Destination(bucket, "models")
-    # The third file (sorted) is refused: the run stops with two files in S3.
+    # One file is refused: the run fails naming it; the files uploaded beside it are recorded as done.
     s3_proxy.rule = lambda method, path: (
         s3_error(403, "AccessDenied", "denied") if method == "PUT" and path.startswith("/models/models/m/r/model-00002") else None
     )
     with pytest.raises(StagingError, match="model-00002.safetensors .*failed after retries"):
         stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
+    partial = json.loads(s3().get_object(Bucket=bucket, Key="models/m/r/raylift-manifest.json")["Body"].read())
+    assert partial["complete"] is False and "model-00002.safetensors" not in partial["files"]
+    assert partial["files"], "the files that finished are in the progress manifest"
     s3_proxy.rule = None
     s3_proxy.seen.clear()
     resumed = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
-    assert (resumed.copied_files, resumed.skipped_files) == (2, 2)
-    data_puts = [p for m, p, _ in s3_proxy.seen if m == "PUT" and "manifest" not in p]
-    assert data_puts == ["/models/models/m/r/model-00002.safetensors", "/models/models/m/r/tokenizer.json"]
+    unfinished = sorted(set(resumed.files) - set(partial["files"]))
+    assert (resumed.copied_files, resumed.skipped_files) == (len(unfinished), 4 - len(unfinished))
+    data_puts = sorted(p for m, p, _ in s3_proxy.seen if m == "PUT" and "manifest" not in p)
+    assert data_puts == [f"/models/models/m/r/{rel}" for rel in unfinished]  # nothing finished is sent again
+
+
+def test_unchanged_model_is_checked_without_reading_it(bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = make_model(tmp_path / "src")
+    dest = S3Destination(bucket, "models")
+    first = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
+    import raylift.aws.model_staging as staging
+
+    def no_reading(path: Path) -> str:
+        raise AssertionError(f"{path} was hashed again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(staging, "sha256_file", no_reading)
+        again = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
+    assert (again.copied_files, again.skipped_files, again.files) == (0, 4, first.files)
+    (src / "tokenizer.json").write_text('{"changed": 1}')  # a new mtime and size: hashed and uploaded again
+    changed = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
+    assert (changed.copied_files, changed.skipped_files) == (1, 3)
+    assert s3().get_object(Bucket=bucket, Key="models/m/r/tokenizer.json")["Body"].read() == b'{"changed": 1}'
 
 
 def test_throttling_is_retried(bucket: str, s3_proxy: Proxy, tmp_path: Path) -> None:

@@ -1,28 +1,37 @@
 """Pre-stage a model to ``s3://bucket/prefix/<model>/<revision>/`` so clusters load it from S3, not the hub.
 
-The generic part (sources, manifest, skip-what-matches) is :mod:`raylift.staging`; this module adds
-what S3 needs: an identity and bucket check first, parallel multipart uploads with throttling
-retries and a storage class, an HTTPS tarball source, and a final verification against S3 itself.
+Sources and the manifest format are :mod:`raylift.staging`'s; this module adds what S3 needs: an
+identity and bucket check first, parallel multipart uploads across files with throttling retries and a
+storage class, hashing overlapped with uploads, an HTTPS tarball source, and a final verification
+against S3 itself.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from raylift.aws.identity import caller_identity, check_bucket
-from raylift.aws.s3_transfer import S3Uploader, TransferSettings
+from raylift.aws.s3_transfer import S3Uploader, TransferSettings, UploadJob
 from raylift.aws.tarball import fetch_tarball, is_tarball_url
-from raylift.errors import ModelSourceError
-from raylift.staging.manifest import MANIFEST_NAME
+from raylift.errors import ModelSourceError, StagingError
+from raylift.staging.manifest import MANIFEST_NAME, Manifest, sha256_file
 from raylift.staging.sources import HUB_REPO_RE, resolve_source
-from raylift.staging.stage import model_key, stage_model
-from raylift.store import ObjectStore, S3Store, safe_key
+from raylift.staging.stage import model_key
+from raylift.store import S3Store, safe_key
 from raylift.targets.base import StagedModel
 
 log = logging.getLogger(__name__)
+
+HASH_THREADS = 2
+MANIFEST_EVERY_S = 2.0  # progress manifest (what a resumed run skips) at most this often
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,59 @@ def forget_mismatched(store: S3Store, prefix: str, uploader: S3Uploader, full_ke
     return len(stale)
 
 
+class HashCache:
+    """sha256 per local file, kept in ``cache_dir`` and trusted while size and mtime are unchanged (as
+    git's index does), so re-staging an unchanged model reads nothing but ``stat``."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.path = cache_dir / "sha256-cache.json"
+        try:
+            self._known: dict[str, list[Any]] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self._known = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _stat(path: Path) -> list[int]:
+        st = path.stat()
+        return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+    def known(self, path: Path) -> dict[str, Any] | None:
+        """``{size, sha256}`` when ``path`` is unchanged since it was hashed, else None."""
+        with self._lock:
+            seen = self._known.get(str(path))
+        return {"size": seen[0], "sha256": seen[3]} if seen and seen[:3] == self._stat(path) else None
+
+    def entry(self, path: Path) -> dict[str, Any]:
+        """``{size, sha256}`` (the manifest's entry), hashing only when needed."""
+        cached = self.known(path)
+        if cached is not None:
+            return cached
+        before = self._stat(path)
+        digest = sha256_file(path)
+        if self._stat(path) != before:
+            raise StagingError(f"{path} changed while it was being read: stage again when it is complete.")
+        with self._lock:
+            self._known[str(path)] = [*before, digest]
+        return {"size": before[0], "sha256": digest}
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with self._lock:
+            tmp.write_text(json.dumps(self._known))
+        tmp.replace(self.path)
+
+
+def model_files(folder: Path) -> dict[str, Path]:
+    """``rel -> path`` of what is staged: as the generic stager, minus ``.cache`` and our own manifest."""
+    return {
+        safe_key(p.relative_to(folder).as_posix()): p
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and ".cache" not in p.relative_to(folder).parts and p.name != MANIFEST_NAME
+    }
+
+
 def stage_model_to_s3(
     *,
     source: str,
@@ -111,7 +173,13 @@ def stage_model_to_s3(
     hf_conn_id: str | None = None,
     settings: TransferSettings | None = None,
 ) -> StagedModel:
-    """Check identity and bucket, resolve ``source``, upload what changed, verify it all in S3."""
+    """Check identity and bucket, resolve ``source``, upload what changed, verify it all in S3.
+
+    Same manifest and layout as the generic stager (:func:`raylift.staging.stage.stage_model`), tuned
+    for S3: files are hashed once (a cache keyed by size+mtime skips even that when unchanged) while
+    earlier files upload, all files' parts share one pool of connections, and a re-run of an unchanged
+    model only reads the manifest and HEADs each object.
+    """
     caller_identity(destination.aws_conn_id, destination.region_name)
     uploader = S3Uploader(
         destination.bucket,
@@ -125,28 +193,12 @@ def stage_model_to_s3(
         source, revision, cache_dir, aws_conn_id=destination.aws_conn_id, hf_conn_id=hf_conn_id
     )
     store = S3Store(destination.uri, aws_conn_id=destination.aws_conn_id)
-
-    def full_key(key: str) -> str:
-        return f"{store.prefix}/{safe_key(key)}" if store.prefix else safe_key(key)
-
-    def upload(_store: ObjectStore, key: str, path: Path) -> None:
-        uploader.upload(path, full_key(key))
-
-    forget_mismatched(store, model_key(model_id, resolved_revision), uploader, full_key)
-    files = [p for p in folder.rglob("*") if p.is_file()]
-    uploader.start(sum(p.stat().st_size for p in files), len(files))
-    # The folder (not the original URL) is passed on, so no presigned query string reaches the manifest.
-    staged = stage_model(
-        str(folder),
-        store,
-        model_id=model_id,
-        revision=resolved_revision,
-        cache_dir=cache_dir,
-        aws_conn_id=destination.aws_conn_id,
-        upload=upload,
-    )
-    prefix = staged.uri.removeprefix(f"s3://{destination.bucket}/")
-    uploader.verify({f"{prefix}/{rel}": entry for rel, entry in staged.files.items()})
+    store.hook = uploader.hook  # one client (and one parse of the S3 API model) for the whole run
+    hashes = HashCache(cache_dir)
+    try:
+        staged = _stage(store, uploader, hashes, folder, model_id, resolved_revision)
+    finally:
+        hashes.save()
     log.info(
         "Staged %s@%s to %s: %d copied (%d bytes), %d unchanged, all verified",
         model_id,
@@ -157,3 +209,87 @@ def stage_model_to_s3(
         staged.skipped_files,
     )
     return staged
+
+
+def _stage(
+    store: S3Store, uploader: S3Uploader, hashes: HashCache, folder: Path, model_id: str, revision: str
+) -> StagedModel:
+    prefix = model_key(model_id, revision)
+    manifest_key = f"{prefix}/{MANIFEST_NAME}"
+
+    def bucket_key(key: str) -> str:  # a store key (relative to the model store) -> the object key
+        return f"{store.prefix}/{key}" if store.prefix else key
+
+    def full_key(rel: str) -> str:
+        return bucket_key(f"{prefix}/{rel}")
+
+    files = model_files(folder)
+    if not files:
+        raise ModelSourceError(f"Model folder {folder} holds no files to stage.")
+
+    def result(manifest: Manifest, copied: list[str]) -> StagedModel:
+        return StagedModel(
+            model_id=model_id,
+            revision=revision,
+            uri=store.child_uri(prefix),
+            manifest_uri=store.child_uri(manifest_key),
+            files=manifest.files,
+            copied_files=len(copied),
+            skipped_files=len(files) - len(copied),
+            copied_bytes=sum(int(manifest.files[rel]["size"]) for rel in copied),
+        )
+
+    # Unchanged since the last run (stat) and complete in S3: check the objects are there and stop.
+    previous_json = store.read_json(manifest_key) or {}
+    previous = Manifest.from_json(previous_json) if previous_json else Manifest(model_id, revision, str(folder))
+    if previous_json.get("complete") and set(previous.files) == set(files):
+        if all(hashes.known(path) == previous.files[rel] for rel, path in files.items()):
+            try:
+                uploader.verify({full_key(rel): entry for rel, entry in previous.files.items()})
+                log.info("%s unchanged since it was staged to %s: nothing to upload", folder, store.child_uri(prefix))
+                return result(previous, [])
+            except StagingError as exc:
+                log.warning("Staged copy differs from the manifest (%s); checking every file", exc)
+
+    if forget_mismatched(store, prefix, uploader, bucket_key):
+        previous = Manifest.from_json(store.read_json(manifest_key))
+    # The folder (not the original URL) is recorded, so no presigned query string reaches the manifest.
+    manifest = Manifest(model_id, revision, str(folder))
+    done: dict[str, dict[str, Any]] = {}  # what is in S3 now: the manifest a resumed run trusts
+    copied: list[str] = []
+    # Biggest first: the long uploads start early and the small files fill in around them.
+    order = sorted(files, key=lambda rel: (-files[rel].stat().st_size, rel))
+    uploader.start(sum(files[rel].stat().st_size for rel in order), len(order))
+    last_write = [0.0]
+
+    def record(rel: str, force: bool = False) -> None:
+        done[rel] = manifest.files[rel]
+        if force or time.monotonic() - last_write[0] > MANIFEST_EVERY_S:
+            store.write_json(manifest_key, Manifest(model_id, revision, str(folder), dict(done)).to_json() | {"complete": False})
+            last_write[0] = time.monotonic()
+
+    def jobs() -> Iterator[UploadJob]:
+        # hashing runs in threads (hashlib releases the GIL) while earlier files upload
+        with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="sha256") as pool:
+            entries = [(rel, pool.submit(hashes.entry, files[rel])) for rel in order]
+            for rel, future in entries:
+                entry = manifest.files[rel] = future.result()
+                if previous.files.get(rel) == entry:
+                    done[rel] = entry
+                    continue
+                yield UploadJob(files[rel], full_key(rel), entry["sha256"], rel)
+
+    def finished(job: UploadJob) -> None:
+        copied.append(job.rel)
+        record(job.rel)
+
+    try:
+        uploader.upload_many(jobs(), finished)
+    except StagingError:
+        if done:  # keep what finished, so the re-run resumes after it
+            store.write_json(manifest_key, Manifest(model_id, revision, str(folder), dict(done)).to_json() | {"complete": False})
+        raise
+    manifest.files = {rel: manifest.files[rel] for rel in sorted(manifest.files)}
+    store.write_json(manifest_key, manifest.to_json() | {"complete": True})
+    uploader.verify({full_key(rel): entry for rel, entry in manifest.files.items()})
+    return result(manifest, sorted(copied))

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raylift.errors import StagingError
-from raylift.staging.manifest import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +36,11 @@ STORAGE_CLASSES = frozenset(
 
 @dataclass(frozen=True)
 class TransferSettings:
-    """Multipart and retry knobs; defaults suit multi-GB safetensors shards."""
+    """Multipart and retry knobs; defaults suit multi-GB safetensors shards (see bench/staging_throughput.py)."""
 
-    multipart_threshold: int = 64 * MiB
-    multipart_chunksize: int = 64 * MiB
-    max_concurrency: int = 8
+    multipart_threshold: int = 32 * MiB
+    multipart_chunksize: int = 32 * MiB
+    max_concurrency: int = 10  # threads shared by all files' parts
     max_attempts: int = 8  # botocore attempts per request, throttling included
     progress_every_s: float = 10.0
 
@@ -85,6 +84,16 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class UploadJob:
+    """One file to upload, with the sha256 that goes into its metadata."""
+
+    path: Path
+    key: str
+    sha256: str
+    rel: str = ""
+
+
+@dataclass(frozen=True)
 class RemoteObject:
     size: int
     sha256: str | None
@@ -117,7 +126,6 @@ class S3Uploader:
             region_name=region_name,
             config={"retries": {"mode": "standard", "max_attempts": self.settings.max_attempts}},
         )
-        self._sha_cache: dict[tuple[str, int, int], str] = {}
         self.progress: Progress | None = None
 
     @property
@@ -127,14 +135,6 @@ class S3Uploader:
     def start(self, total_bytes: int, total_files: int) -> None:
         """Begin a progress report for a run of ``total_files`` files."""
         self.progress = Progress(total_bytes, total_files, self.settings.progress_every_s, log.info)
-
-    def sha256(self, path: Path) -> str:
-        """sha256 of ``path``, remembered by (path, size, mtime) so a run reads each file once more at most."""
-        st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in self._sha_cache:
-            self._sha_cache[key] = sha256_file(path)
-        return self._sha_cache[key]
 
     def head(self, key: str) -> RemoteObject | None:
         from botocore.exceptions import ClientError
@@ -151,33 +151,81 @@ class S3Uploader:
             storage_class=reply.get("StorageClass", "STANDARD"),
         )
 
-    def upload(self, path: Path, key: str) -> None:
-        """Parallel multipart upload of one file, tagged with its sha256 and storage class."""
-        from boto3.s3.transfer import TransferConfig
-        from boto3.exceptions import S3UploadFailedError
-        from botocore.exceptions import BotoCoreError, ClientError
+    def upload_many(self, jobs: Iterable[UploadJob], on_done: Callable[[UploadJob], None]) -> None:
+        """Upload ``jobs`` concurrently through one transfer manager: the parts of every file share
+        ``max_concurrency`` threads, so small files do not wait behind big ones and big ones are split.
+
+        ``jobs`` may be a generator (e.g. hashing as it goes): each job is submitted as soon as it is
+        produced. ``on_done`` runs in this thread as each file finishes. If any upload fails, the rest
+        still finish (a re-run then skips them) and StagingError names the first failure.
+        """
+        import queue
+
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+        from s3transfer.subscribers import BaseSubscriber
 
         s = self.settings
-        extra: dict[str, Any] = {"Metadata": {SHA256_METADATA_KEY: self.sha256(path)}}
-        if self.storage_class:
-            extra["StorageClass"] = self.storage_class
         config = TransferConfig(
             multipart_threshold=s.multipart_threshold,
             multipart_chunksize=s.multipart_chunksize,
             max_concurrency=s.max_concurrency,
-            use_threads=s.max_concurrency > 1,
+            use_threads=True,
         )
+        finished: queue.Queue[tuple[UploadJob, BaseException | None]] = queue.Queue()
+        progress = self.progress
+
+        class Events(BaseSubscriber):  # type: ignore[misc]
+            def __init__(self, job: UploadJob) -> None:
+                self.job = job
+
+            def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+                if progress:
+                    progress(bytes_transferred)
+
+            def on_done(self, future: Any, **kwargs: Any) -> None:
+                try:
+                    future.result()
+                    finished.put((self.job, None))
+                except BaseException as exc:  # reported in the caller's thread
+                    finished.put((self.job, exc))
+
+        failures: list[tuple[UploadJob, BaseException]] = []
+        pending = 0
+
+        def drain(block: bool) -> None:
+            nonlocal pending
+            while pending:
+                try:
+                    job, error = finished.get(block=block)
+                except queue.Empty:
+                    return
+                pending -= 1
+                if error is None:
+                    if progress:
+                        progress.file_done()
+                    on_done(job)
+                else:
+                    failures.append((job, error))
+
+        manager = create_transfer_manager(self.client, config)
         try:
-            self.client.upload_file(
-                str(path), self.bucket, key, ExtraArgs=extra, Config=config, Callback=self.progress
-            )
-        except (S3UploadFailedError, ClientError, BotoCoreError, OSError) as exc:
+            for job in jobs:
+                extra: dict[str, Any] = {"Metadata": {SHA256_METADATA_KEY: job.sha256}}
+                if self.storage_class:
+                    extra["StorageClass"] = self.storage_class
+                manager.upload(str(job.path), self.bucket, job.key, extra_args=extra, subscribers=[Events(job)])
+                pending += 1
+                drain(block=False)
+            drain(block=True)
+        finally:
+            manager.shutdown()
+        if failures:
+            job, exc = failures[0]
+            others = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
             raise StagingError(
-                f"Uploading {path.name} to s3://{self.bucket}/{key} failed after retries: {exc}. "
+                f"Uploading {job.path.name} to s3://{self.bucket}/{job.key} failed after retries: {exc}{others}. "
                 "Re-run the task: files already uploaded are kept and skipped."
-            ) from None
-        if self.progress:
-            self.progress.file_done()
+            )
 
     def verify(self, expected: Mapping[str, Mapping[str, Any]]) -> None:
         """Check every ``key -> {size, sha256}`` is in S3 with that size (and sha256 metadata when present)."""
