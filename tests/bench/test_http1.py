@@ -120,6 +120,23 @@ def test_server_closing_mid_body_is_an_error_record() -> None:
     assert records[0].error == "HttpError: server closed the connection in the middle of the response body"
 
 
+def test_stream_without_done_is_a_truncated_error_record() -> None:
+    """A proxy may end the body cleanly when the replica behind it died mid-stream: still an error."""
+    def respond(conn: socket.socket) -> None:
+        event = b'data: {"choices": [{"text": "a"}]}\n\n'
+        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+
+    port, thread = _one_shot_server(respond, connections=2)
+
+    async def go() -> list:
+        async with LoadGenerator(f"http://127.0.0.1:{port}", "m", api="completions") as gen:
+            return [await gen.send(generate_requests(RequestProfile("c", 4, 0, 2, 0), 1)[0])]
+
+    records = asyncio.run(go())
+    thread.join(5)
+    assert records[0].error is not None and records[0].error.startswith("truncated stream")
+
+
 def test_refused_connection_is_an_error_record() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -150,6 +150,20 @@ class _TcpConnection(_Connection):
                     now = kernel
         self._received(now, data)
 
+    def usable(self) -> bool:
+        """Still open, as far as the kernel knows: a peer's FIN may not have been read by the loop yet."""
+        if not super().usable():
+            return False
+        try:
+            alive = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except (BlockingIOError, InterruptedError):
+            return True  # nothing to read: open and idle
+        except OSError:
+            alive = False
+        if not alive:
+            self.close()
+        return alive
+
     def _pause(self, pause: bool) -> None:
         if pause:
             self.loop.remove_reader(self.fd)

@@ -240,6 +240,7 @@ class LoadGenerator:
         usage: dict[str, Any] | None = None
         buffer = b""
         now = 0
+        done = False
         async for now, data in pieces:
             buffer += data
             if b"\n" not in data:
@@ -249,7 +250,9 @@ class LoadGenerator:
                 if not line.startswith(_DATA):
                     continue
                 payload = line[5:].strip()
-                if not payload or payload == _DONE:
+                if payload == _DONE:
+                    done = True
+                if not payload or done:
                     continue
                 if texts is None and needs_json(payload) is None:
                     found = content_re(payload)
@@ -275,6 +278,9 @@ class LoadGenerator:
                 if event.get("usage"):
                     usage = event["usage"]
         record.end_ns = now
+        if not done:  # a replica that died mid-stream: the proxy may still end the body cleanly
+            record.error = "truncated stream: the body ended without 'data: [DONE]'"
+            return
         if content_ns:
             record.first_content_ns = content_ns[0]
         self._count_tokens(record, usage, "".join(texts) if texts is not None else None, len(content_ns))
