@@ -54,6 +54,8 @@ with DAG(
         replicas="{{ params.replicas }}",
         engine_args="{{ params.engine_args }}",
         app_args="{{ params.app_args }}",
+        autoscaling="{{ params.autoscaling }}",
+        route_prefix="{{ params.route_prefix }}",
         **TARGET,
     )
     smoke = SmokeTestOperator(

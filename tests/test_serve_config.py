@@ -134,3 +134,34 @@ def test_configs_and_rendered_apps_pass_ray_serves_own_schema() -> None:
     )
     verdicts = proc.stdout.split()
     assert verdicts == ["ok"] * (2 * len(CONFIGS)) + ["bad", "ValidationError"], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"autoscaling": {"min_replicas": -1}},
+        {"autoscaling": {"max_replicas": 0}},
+        {"autoscaling": {"target_ongoing_requests": 0}},
+        {"autoscaling": {"min": 1}},
+        {"route_prefix": "no-slash"},
+    ],
+)
+def test_the_params_form_refuses_bad_autoscaling_and_route_prefix(conf: dict) -> None:
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from raylift.dag_params import deploy_params
+
+    params = ParamsDict(deploy_params())
+    with pytest.raises(Exception, match=f"param {next(iter(conf))}"):  # ParamsDict validates on update
+        params.update(conf)
+        params.validate()
+
+
+def test_the_params_form_takes_the_kuberay_seeds_autoscaling() -> None:
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from raylift.dag_params import deploy_params
+
+    params = ParamsDict(deploy_params())
+    params.update({"autoscaling": SEED_AUTOSCALING, "route_prefix": "/translate"})
+    assert params.validate()["autoscaling"] == SEED_AUTOSCALING

@@ -18,17 +18,23 @@ from raylift.serve_validation import Cluster, check_fit
 
 CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
 G5_12X = {"CPU": 48.0, "GPU": 4.0, "accelerator_type:A10G": 1.0}
-SEED_GPU_CLUSTER = Cluster(totals={"CPU": 144.0, "GPU": 12.0, "accelerator_type:A10G": 3.0}, nodes=(G5_12X,) * 3)
+SEED_GPU_CLUSTER = Cluster(
+    totals={"CPU": 144.0, "GPU": 12.0, "accelerator_type:A10G": 3.0}, nodes=(G5_12X,) * 3
+)
 INF2_48X = Cluster(totals={"CPU": 192.0, "neuron_cores": 24.0}, nodes=({"CPU": 192.0, "neuron_cores": 24.0},))
 LOCAL = Cluster(totals={"CPU": 3.0}, nodes=({"CPU": 2.0}, {"CPU": 1.0}))
 
 
-def app(config: str, *, replicas: int | None = None, engine_args: dict | None = None, **render: object) -> dict:
+def app(
+    config: str, *, replicas: int | None = None, engine_args: dict | None = None, **render: object
+) -> dict:
     base = load_config(CONFIGS / config)
     args = dict(base["applications"][0].get("args", {}))
     if engine_args is not None:
         args["engine_args"] = {**args.get("engine_args", {}), **engine_args}
-    return render_app(base, app_name="app", working_dir="file:///a.zip", args=args, replicas=replicas, **render)
+    return render_app(
+        base, app_name="app", working_dir="file:///a.zip", args=args, replicas=replicas, **render
+    )
 
 
 def fit(a: dict, cluster: Cluster, **kw: object) -> object:
@@ -54,7 +60,9 @@ def test_seed_configs_fit_seed_clusters(config: str, cluster: Cluster) -> None:
 
 
 def test_translator_seed_28_replicas_at_half_a_gpu_do_not_fit_12_gpus() -> None:
-    with pytest.raises(ServeFitError, match=r"GPU: needs 14 = 28 x 0\.5 \(Translator\); cluster has 12") as err:
+    with pytest.raises(
+        ServeFitError, match=r"GPU: needs 14 = 28 x 0\.5 \(Translator\); cluster has 12"
+    ) as err:
         fit(app("translator-gpu.yaml", replicas=28), SEED_GPU_CLUSTER)
     assert "Nothing was deployed" in str(err.value)
 
@@ -71,13 +79,18 @@ def test_tp_times_pp_above_the_clusters_gpus_is_refused() -> None:
 def test_tp_larger_than_a_node_is_refused_even_when_the_total_fits() -> None:
     a = app("llm-gpu-pp3-tp4.yaml", engine_args={"tensor_parallel_size": 12, "pipeline_parallel_size": 1})
     a["deployments"][0]["placement_group_strategy"] = "PACK"
-    with pytest.raises(ServeFitError, match=r"tensor_parallel_size 12 must fit within one node.*largest node has 4 GPU"):
+    with pytest.raises(
+        ServeFitError, match=r"tensor_parallel_size 12 must fit within one node.*largest node has 4 GPU"
+    ):
         fit(a, SEED_GPU_CLUSTER)
 
 
 def test_parallel_sizes_must_match_the_gpu_bundles() -> None:
     a = app("llm-gpu-tp4.yaml", engine_args={"tensor_parallel_size": 2})
-    with pytest.raises(ServeFitError, match=r"tensor_parallel_size 2 x pipeline_parallel_size 1 = 2 GPU worker\(s\), but each LLMServer replica asks for 4"):
+    with pytest.raises(
+        ServeFitError,
+        match=r"tensor_parallel_size 2 x pipeline_parallel_size 1 = 2 GPU worker\(s\), but each LLMServer replica asks for 4",
+    ):
         fit(a, SEED_GPU_CLUSTER)
 
 
@@ -101,7 +114,10 @@ def test_gpu_config_on_a_cpu_cluster_is_refused_with_a_hint() -> None:
 
 def test_neuron_cores_must_equal_tensor_parallel_size() -> None:
     a = app("llm-neuron.yaml", engine_args={"tensor_parallel_size": 4})
-    with pytest.raises(ServeFitError, match="tensor_parallel_size 4 needs 4 NeuronCores per replica, but LLMServer asks for neuron_cores 8"):
+    with pytest.raises(
+        ServeFitError,
+        match="tensor_parallel_size 4 needs 4 NeuronCores per replica, but LLMServer asks for neuron_cores 8",
+    ):
         fit(a, INF2_48X)
 
 
@@ -113,7 +129,9 @@ def test_neuron_replicas_beyond_the_cores_are_refused() -> None:
 def test_other_apps_hold_their_resources() -> None:
     other = app("translator-gpu.yaml", replicas=20)  # 10 GPUs
     other["name"] = "translator"
-    with pytest.raises(ServeFitError, match=r"GPU: needs 4 .* cluster has 12, other apps hold 10, so 2 are free"):
+    with pytest.raises(
+        ServeFitError, match=r"GPU: needs 4 .* cluster has 12, other apps hold 10, so 2 are free"
+    ):
         fit(app("llm-gpu-tp4.yaml"), SEED_GPU_CLUSTER, others=[other])
 
 
@@ -123,7 +141,10 @@ def test_redeploying_the_same_app_does_not_count_its_old_version() -> None:
 
 
 def test_cpu_replicas_are_checked_per_node_on_the_local_cluster() -> None:
-    with pytest.raises(ServeFitError, match=r"4 replica\(s\) of 1 CPU each must fit on a node, but the 2 node\(s\) \(2 CPU; 1 CPU\) hold 3"):
+    with pytest.raises(
+        ServeFitError,
+        match=r"4 replica\(s\) of 1 CPU each must fit on a node, but the 2 node\(s\) \(2 CPU; 1 CPU\) hold 3",
+    ):
         fit(app("llm-cpu.yaml", replicas=4), LOCAL)
 
 
@@ -135,8 +156,13 @@ def test_without_a_node_list_only_totals_are_checked() -> None:
 
 
 def test_autoscaling_floor_must_fit_and_ceiling_only_warns() -> None:
-    seed = {"target_ongoing_requests": 2, "max_ongoing_requests": 5, "min_replicas": 0, "max_replicas": 5,
-            "downscale_delay_s": 600}
+    seed = {
+        "target_ongoing_requests": 2,
+        "max_ongoing_requests": 5,
+        "min_replicas": 0,
+        "max_replicas": 5,
+        "downscale_delay_s": 600,
+    }
     scaled = apply_autoscaling(app("llm-gpu-tp4.yaml"), seed)
     report = fit(scaled, SEED_GPU_CLUSTER)
     assert any("max_replicas 5 would need 20 GPU" in w for w in report.warnings)
@@ -148,10 +174,19 @@ def test_autoscaling_floor_must_fit_and_ceiling_only_warns() -> None:
     ("mutate", "message"),
     [
         (lambda d: d.update(num_replicas=-1), "num_replicas must be an integer >= 0, got -1"),
-        (lambda d: d.update(autoscaling_config={"min_replicas": 3, "max_replicas": 2}), "min_replicas (3) <= max_replicas (2)"),
-        (lambda d: d.update(autoscaling_config={"min_replicas": 1, "max_replicas": 2}), "sets both num_replicas"),
+        (
+            lambda d: d.update(autoscaling_config={"min_replicas": 3, "max_replicas": 2}),
+            "min_replicas (3) <= max_replicas (2)",
+        ),
+        (
+            lambda d: d.update(autoscaling_config={"min_replicas": 1, "max_replicas": 2}),
+            "sets both num_replicas",
+        ),
         (lambda d: d.update(placement_group_strategy="TIGHT"), "'TIGHT' is not one of PACK"),
-        (lambda d: d["ray_actor_options"].update(num_gpus=1.5), "num_gpus 1.5: Ray shares a GPU only in fractions"),
+        (
+            lambda d: d["ray_actor_options"].update(num_gpus=1.5),
+            "num_gpus 1.5: Ray shares a GPU only in fractions",
+        ),
         (lambda d: d["ray_actor_options"].update(num_cpus=2), "must fit placement_group_bundles[0]"),
         (lambda d: d.update(placement_group_bundles=[]), "non-empty list of non-empty resource mappings"),
     ],

@@ -42,7 +42,11 @@ GLOBAL_TENSORS = {
 def permute(weights: Any, n_head: int) -> Any:
     """Rotate-half (HF) -> interleaved (GGUF) row order of a q/k projection with ``n_head`` heads."""
     rows = weights.shape[0]
-    return weights.reshape(n_head, 2, rows // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(n_head, 2, rows // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def gguf_tensor_name(hf_name: str) -> str:
@@ -67,7 +71,11 @@ def vocab(hf_dir: Path, vocab_size: int) -> tuple[list[str], list[int], list[str
     by_id.update(special)
     tokens = [by_id.get(i, f"[PAD{i}]") for i in range(vocab_size)]
     types = [
-        gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL if i in by_id else gguf.TokenType.UNUSED
+        gguf.TokenType.CONTROL
+        if i in special
+        else gguf.TokenType.NORMAL
+        if i in by_id
+        else gguf.TokenType.UNUSED
         for i in range(vocab_size)
     ]
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
@@ -80,7 +88,9 @@ def convert(hf_dir: Path, out: Path) -> Path:
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     if cfg.get("model_type") != "llama":
-        raise ValueError(f"{hf_dir} holds a {cfg.get('model_type')!r} model; this converter handles llama only")
+        raise ValueError(
+            f"{hf_dir} holds a {cfg.get('model_type')!r} model; this converter handles llama only"
+        )
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
     rope_theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))

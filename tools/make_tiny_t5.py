@@ -51,7 +51,10 @@ def train_tokenizer(vocab_size: int, seed: int):
 
     tok = SentencePieceUnigramTokenizer()
     tok.train_from_iterator(
-        corpus(5_000, seed), vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="<unk>",
+        corpus(5_000, seed),
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        unk_token="<unk>",
         show_progress=False,
     )
     backend = tok._tokenizer
@@ -69,10 +72,16 @@ def build(out: Path, *, vocab_size: int = 512, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     hf_tok = T5TokenizerFast(
         tokenizer_object=train_tokenizer(vocab_size, seed),
-        eos_token="</s>", unk_token="<unk>", pad_token="<pad>", extra_ids=0, model_max_length=512,
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        extra_ids=0,
+        model_max_length=512,
     )
     if [hf_tok.pad_token_id, hf_tok.eos_token_id, hf_tok.unk_token_id] != [0, 1, 2]:
-        raise RuntimeError(f"special token ids moved: {hf_tok.pad_token_id, hf_tok.eos_token_id, hf_tok.unk_token_id}")
+        raise RuntimeError(
+            f"special token ids moved: {hf_tok.pad_token_id, hf_tok.eos_token_id, hf_tok.unk_token_id}"
+        )
     hf_tok.save_pretrained(out)
 
     torch.manual_seed(seed)

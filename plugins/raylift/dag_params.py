@@ -46,12 +46,36 @@ def deploy_params() -> dict[str, Param]:
         "app_name": Param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
         "serve_config": Param(
             "llm-cpu.yaml", type="string", pattern=r"^[A-Za-z0-9._-]+\.ya?ml$",
-            description="Base Serve config in serve_apps/configs/",
+            description="Base Serve config in serve_apps/configs/: picks the app (llm-*, translator-*, llamacpp-*) "
+            "and its hardware profile (cpu, gpu, gpu-tp4, gpu-pp3-tp4, neuron, graviton)",
+        ),
+        "route_prefix": Param(
+            None, type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",
+            description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own",
         ),
         "replicas": Param(1, type="integer", minimum=0, maximum=64, description="Serve replicas of the model"),
+        "autoscaling": Param(
+            {},
+            type="object",
+            properties={
+                "target_ongoing_requests": {"type": "number", "exclusiveMinimum": 0},
+                "max_ongoing_requests": {"type": "integer", "minimum": 1},
+                "min_replicas": {"type": "integer", "minimum": 0},
+                "initial_replicas": {"type": ["integer", "null"], "minimum": 0},
+                "max_replicas": {"type": "integer", "minimum": 1},
+                "downscale_delay_s": {"type": "number", "minimum": 0},
+                "upscale_delay_s": {"type": "number", "minimum": 0},
+            },
+            additionalProperties=False,
+            description="Serve autoscaling instead of fixed replicas ({}: off). KubeRay seed: "
+            '{"target_ongoing_requests": 2, "max_ongoing_requests": 5, "min_replicas": 0, "max_replicas": 5, '
+            '"downscale_delay_s": 600}',
+        ),
         "workers": Param(0, type="integer", minimum=0, maximum=64, description="Ray worker nodes besides the head"),
         "engine_args": Param(
-            {}, type="object", description="Extra vLLM engine args, e.g. {\"max_model_len\": 2048}"
+            {}, type="object",
+            description="Extra engine args: vLLM's for llm-*.yaml (e.g. {\"max_model_len\": 2048}), "
+            "llama_cpp.Llama's for llamacpp-*.yaml (e.g. {\"n_ctx\": 2048}); none for the translator",
         ),
         "app_args": Param(
             {}, type="object",

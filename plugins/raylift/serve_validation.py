@@ -80,7 +80,9 @@ def _resources(options: dict[str, Any], where: str, problems: list[str]) -> dict
     if "num_gpus" in options:
         gpus = _num(options["num_gpus"], f"{where}.num_gpus", problems)
         if gpus > 1 and not float(gpus).is_integer():
-            problems.append(f"{where}.num_gpus {gpus:g}: Ray shares a GPU only in fractions < 1; use a whole number")
+            problems.append(
+                f"{where}.num_gpus {gpus:g}: Ray shares a GPU only in fractions < 1; use a whole number"
+            )
         out["GPU"] = gpus
     custom = options.get("resources") or {}
     if not isinstance(custom, dict):
@@ -114,14 +116,21 @@ def _replica_counts(dep: dict[str, Any], where: str, problems: list[str]) -> tup
             problems.append(f"{where}.autoscaling_config.{key} must be an integer >= 0, got {value!r}")
             return 0, 0
     if high < 1 or low > high:
-        problems.append(f"{where}.autoscaling_config: need 0 <= min_replicas ({low}) <= max_replicas ({high}), max >= 1")
+        problems.append(
+            f"{where}.autoscaling_config: need 0 <= min_replicas ({low}) <= max_replicas ({high}), max >= 1"
+        )
     if initial is not None and not low <= initial <= high:
         problems.append(f"{where}.autoscaling_config.initial_replicas {initial} is outside [{low}, {high}]")
     target = auto.get("target_ongoing_requests", 2)
     if _num(target, f"{where}.autoscaling_config.target_ongoing_requests", problems) <= 0:
         problems.append(f"{where}.autoscaling_config.target_ongoing_requests must be > 0")
     limit = dep.get("max_ongoing_requests")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and isinstance(target, (int, float)) and limit < target:
+    if (
+        isinstance(limit, (int, float))
+        and not isinstance(limit, bool)
+        and isinstance(target, (int, float))
+        and limit < target
+    ):
         problems.append(
             f"{where}.max_ongoing_requests {limit} < target_ongoing_requests {target}: a replica could never reach "
             "the target, so the autoscaler would not scale up; set it 20-50% above the target"
@@ -144,7 +153,9 @@ def replica_needs(dep: dict[str, Any], where: str, problems: list[str]) -> Repli
             problems.append(f"{where}.placement_group_strategy is set without placement_group_bundles")
         return ReplicaNeeds(name, replicas, ceiling, (actor,), None, "CPU" in actor)
     if not isinstance(raw, list) or not raw or not all(isinstance(b, dict) and b for b in raw):
-        problems.append(f"{where}.placement_group_bundles must be a non-empty list of non-empty resource mappings")
+        problems.append(
+            f"{where}.placement_group_bundles must be a non-empty list of non-empty resource mappings"
+        )
         return ReplicaNeeds(name, replicas, ceiling, (actor,), None, "CPU" in actor)
     bundles = tuple(
         {str(k): _num(v, f"{where}.placement_group_bundles[{i}].{k}", problems) for k, v in b.items()}
@@ -152,8 +163,12 @@ def replica_needs(dep: dict[str, Any], where: str, problems: list[str]) -> Repli
     )
     strategy = dep.get("placement_group_strategy", "PACK")
     if strategy not in STRATEGIES:
-        problems.append(f"{where}.placement_group_strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
-    short = {k: f"{v:g} > {bundles[0].get(k, 0.0):g}" for k, v in actor.items() if v > bundles[0].get(k, 0.0) + EPS}
+        problems.append(
+            f"{where}.placement_group_strategy {strategy!r} is not one of {', '.join(STRATEGIES)}"
+        )
+    short = {
+        k: f"{v:g} > {bundles[0].get(k, 0.0):g}" for k, v in actor.items() if v > bundles[0].get(k, 0.0) + EPS
+    }
     if short:
         problems.append(
             f"{where}: the replica actor must fit placement_group_bundles[0] (Serve places it there): {short}"
@@ -169,7 +184,9 @@ def app_needs(app: dict[str, Any]) -> list[ReplicaNeeds]:
         raise ServeFitError(f"Serve app {app.get('name')!r} has no 'deployments' list of mappings.")
     needs = [replica_needs(d, f"deployments[{d.get('name', i)}]", problems) for i, d in enumerate(deps)]
     if problems:
-        raise ServeFitError(f"Serve app {app.get('name')!r} is not a valid config: " + "; ".join(problems) + ".")
+        raise ServeFitError(
+            f"Serve app {app.get('name')!r} is not a valid config: " + "; ".join(problems) + "."
+        )
     return needs
 
 
@@ -216,9 +233,13 @@ def parallel_problems(tp: int, pp: int, needs: ReplicaNeeds) -> list[str]:
         )
     gpu_bundles = [b.get("GPU", 0.0) for b in needs.bundles if b.get("GPU", 0.0) > 0]
     if needs.strategy is not None and world > 1 and any(abs(g - 1.0) > EPS for g in gpu_bundles):
-        problems.append(f"each vLLM GPU worker takes one bundle of GPU 1; {needs.deployment} has GPU bundles {gpu_bundles}")
+        problems.append(
+            f"each vLLM GPU worker takes one bundle of GPU 1; {needs.deployment} has GPU bundles {gpu_bundles}"
+        )
     if needs.strategy == "STRICT_PACK" and pp > 1:
-        problems.append(f"pipeline_parallel_size {pp} with STRICT_PACK puts every stage on one node: use PACK")
+        problems.append(
+            f"pipeline_parallel_size {pp} with STRICT_PACK puts every stage on one node: use PACK"
+        )
     return problems
 
 
@@ -231,8 +252,7 @@ def _fits(node: dict[str, float], need: dict[str, float]) -> int:
 def _checked(needs: dict[str, float], cluster: Cluster, cpus_known: bool) -> dict[str, float]:
     """The resources that can be checked: accelerators and custom ones always, CPU when reported and known."""
     return {
-        r: v for r, v in needs.items()
-        if v > 0 and (r != "CPU" or (cpus_known and "CPU" in cluster.totals))
+        r: v for r, v in needs.items() if v > 0 and (r != "CPU" or (cpus_known and "CPU" in cluster.totals))
     }
 
 
@@ -266,7 +286,9 @@ def node_problems(n: ReplicaNeeds, tp: int, pp: int, cluster: Cluster) -> list[s
                 f"hold only {stages}"
             )
     if n.strategy in (None, "STRICT_PACK"):
-        unit = {r: v for r, v in n.per_replica().items() if r in _checked(n.per_replica(), cluster, n.cpus_known)}
+        unit = {
+            r: v for r, v in n.per_replica().items() if r in _checked(n.per_replica(), cluster, n.cpus_known)
+        }
         slots = sum(_fits(node, unit) for node in cluster.nodes)
         if slots < n.replicas:
             where = "one node" if n.strategy else "a node"
@@ -327,7 +349,8 @@ def check_fit(
         free = have - held.get(resource, 0.0)
         parts = " + ".join(
             f"{n.replicas} x {n.per_replica().get(resource, 0.0):g} ({n.deployment})"
-            for n in needs if n.per_replica().get(resource, 0.0) > 0
+            for n in needs
+            if n.per_replica().get(resource, 0.0) > 0
         )
         line = f"{resource}: needs {amount:g} = {parts}; cluster has {have:g}, other apps hold {held.get(resource, 0.0):g}"
         report.lines.append(line)
@@ -336,9 +359,15 @@ def check_fit(
             problems.append(f"{line}, so {free:g} are free{hint}")
     for n in needs:
         problems += node_problems(n, tp, pp, cluster)
-        ceiling = demand([ReplicaNeeds(n.deployment, n.max_replicas, n.max_replicas, n.bundles, n.strategy, n.cpus_known)], cluster)
+        ceiling = demand(
+            [ReplicaNeeds(n.deployment, n.max_replicas, n.max_replicas, n.bundles, n.strategy, n.cpus_known)],
+            cluster,
+        )
         for resource, amount in ceiling.items():
-            if n.max_replicas > n.replicas and amount > cluster.totals.get(resource, 0.0) - held.get(resource, 0.0) + EPS:
+            if (
+                n.max_replicas > n.replicas
+                and amount > cluster.totals.get(resource, 0.0) - held.get(resource, 0.0) + EPS
+            ):
                 report.warnings.append(
                     f"{n.deployment}: max_replicas {n.max_replicas} would need {amount:g} {resource}; the cluster has "
                     f"{cluster.totals.get(resource, 0.0):g} now (it must grow before Serve can scale that far)"

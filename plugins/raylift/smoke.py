@@ -1,77 +1,147 @@
-"""Smoke test of an OpenAI-compatible endpoint: the few calls that prove it really serves the model."""
+"""Smoke tests: the few calls that prove an app really serves its model, one set per app kind.
+
+* ``llm`` (vLLM): ``/v1/models`` lists the served name, a chat completion with usage, a streamed
+  completion (``/v1/completions``) with text chunks and usage.
+* ``llamacpp``: the same models + chat checks, and a streamed *chat* completion (the Graviton seed's
+  clients use ``/v1/chat/completions``).
+* ``translator``: the ECS seed's client contract: ``POST`` a JSON string, get non-empty text back.
+
+Each raises SmokeTestError naming the failing check, and sends at most three requests.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from raylift.errors import SmokeTestError
 
+TRANSLATOR_SAMPLE = "Hello ECS!"  # the seed's example input
 
-def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
+
+def _post(client: httpx.Client, url: str, body: Any) -> dict[str, Any]:
     resp = client.post(url, json=body)
     if resp.status_code != 200:
         raise SmokeTestError(f"POST {url} answered {resp.status_code}: {resp.text[:300]}")
     return resp.json()
 
 
-def run_smoke(base_url: str, served_name: str, *, timeout_s: float = 60.0, max_tokens: int = 8) -> dict[str, Any]:
-    """Check /v1/models, a chat completion and a streamed completion; return what was seen.
+def _models(client: httpx.Client, base: str, served_name: str) -> list[str]:
+    models = client.get(f"{base}/v1/models")
+    if models.status_code != 200:
+        raise SmokeTestError(f"GET {base}/v1/models answered {models.status_code}: {models.text[:300]}")
+    ids = [m.get("id") for m in models.json().get("data", [])]
+    if served_name not in ids:
+        raise SmokeTestError(f"/v1/models lists {ids}, not the served name {served_name!r}.")
+    return ids
 
-    Raises SmokeTestError naming the failing check. Sends exactly three requests.
-    """
+
+def _chat(client: httpx.Client, base: str, served_name: str, max_tokens: int) -> dict[str, Any]:
+    chat = _post(
+        client,
+        f"{base}/v1/chat/completions",
+        {
+            "model": served_name,
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": max_tokens,
+        },
+    )
+    text = (chat.get("choices") or [{}])[0].get("message", {}).get("content") or ""
+    usage = chat.get("usage") or {}
+    if not text.strip():
+        raise SmokeTestError("The chat completion returned empty text.")
+    if not usage.get("completion_tokens") or not usage.get("prompt_tokens"):
+        raise SmokeTestError(f"The chat completion has no usage token counts: {usage}.")
+    return {"text": text[:200], "usage": usage}
+
+
+def _stream(
+    client: httpx.Client, base: str, served_name: str, max_tokens: int, *, chat: bool
+) -> dict[str, Any]:
+    """One streamed request; text from ``delta.content`` (chat) or ``text`` (completions)."""
+    path, body = (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Once upon a time"}]})
+        if chat
+        else ("/v1/completions", {"prompt": "Once upon a time"})
+    )
+    body |= {
+        "model": served_name,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    what = "streaming chat completion" if chat else "streaming completion"
+    chunks, texts, usage = 0, [], None
+    with client.stream("POST", f"{base}{path}", json=body) as resp:
+        if resp.status_code != 200:
+            raise SmokeTestError(f"The {what} answered {resp.status_code}.")
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                usage = event["usage"]
+            for choice in event.get("choices", []):
+                text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                if text:
+                    chunks += 1
+                    texts.append(text)
+    if chunks == 0 or not "".join(texts).strip():
+        raise SmokeTestError(f"The {what} sent no text chunks.")
+    if not usage or not usage.get("completion_tokens"):
+        raise SmokeTestError(f"The {what} sent no usage counts.")
+    return {"chunks": chunks, "text": "".join(texts)[:200], "usage": usage}
+
+
+def _openai(streamed_chat: bool) -> Callable[[httpx.Client, str, str, int], dict[str, Any]]:
+    def checks(client: httpx.Client, base: str, served_name: str, max_tokens: int) -> dict[str, Any]:
+        return {
+            "models": _models(client, base, served_name),
+            "chat": _chat(client, base, served_name, max_tokens),
+            "stream": _stream(client, base, served_name, max_tokens, chat=streamed_chat),
+        }
+
+    return checks
+
+
+def _translator(client: httpx.Client, base: str, served_name: str, max_tokens: int) -> dict[str, Any]:
+    resp = client.post(f"{base}/", json=TRANSLATOR_SAMPLE)
+    if resp.status_code != 200:
+        raise SmokeTestError(f"POST {base}/ answered {resp.status_code}: {resp.text[:300]}")
+    if not resp.text.strip():
+        raise SmokeTestError(f"The translator answered {TRANSLATOR_SAMPLE!r} with empty text.")
+    return {
+        "translation": {
+            "input": TRANSLATOR_SAMPLE,
+            "text": resp.text[:200],
+            "version": resp.headers.get("x-raylift-app-version", ""),
+        }
+    }
+
+
+SMOKE_CHECKS: dict[str, Callable[[httpx.Client, str, str, int], dict[str, Any]]] = {
+    "llm": _openai(streamed_chat=False),
+    "llamacpp": _openai(streamed_chat=True),
+    "translator": _translator,
+}
+
+
+def run_smoke(
+    base_url: str, served_name: str, *, kind: str = "llm", timeout_s: float = 60.0, max_tokens: int = 8
+) -> dict[str, Any]:
+    """Run the ``kind`` app's checks against ``base_url`` (the app's URL); return what was seen."""
+    if kind not in SMOKE_CHECKS:
+        raise SmokeTestError(f"No smoke test for app kind {kind!r} (known: {', '.join(SMOKE_CHECKS)}).")
     base = base_url.rstrip("/")
-    report: dict[str, Any] = {"endpoint": base}
     try:
         with httpx.Client(timeout=timeout_s) as client:
-            models = client.get(f"{base}/v1/models")
-            if models.status_code != 200:
-                raise SmokeTestError(f"GET {base}/v1/models answered {models.status_code}: {models.text[:300]}")
-            ids = [m.get("id") for m in models.json().get("data", [])]
-            if served_name not in ids:
-                raise SmokeTestError(f"/v1/models lists {ids}, not the served name {served_name!r}.")
-            report["models"] = ids
-
-            chat = _post(
-                client,
-                f"{base}/v1/chat/completions",
-                {"model": served_name, "messages": [{"role": "user", "content": "Say hello."}],
-                 "max_tokens": max_tokens},
-            )
-            text = (chat.get("choices") or [{}])[0].get("message", {}).get("content") or ""
-            usage = chat.get("usage") or {}
-            if not text.strip():
-                raise SmokeTestError("The chat completion returned empty text.")
-            if not usage.get("completion_tokens") or not usage.get("prompt_tokens"):
-                raise SmokeTestError(f"The chat completion has no usage token counts: {usage}.")
-            report["chat"] = {"text": text[:200], "usage": usage}
-
-            chunks, streamed_text, stream_usage = 0, [], None
-            with client.stream(
-                "POST",
-                f"{base}/v1/completions",
-                json={"model": served_name, "prompt": "Once upon a time", "max_tokens": max_tokens,
-                      "stream": True, "stream_options": {"include_usage": True}},
-            ) as resp:
-                if resp.status_code != 200:
-                    raise SmokeTestError(f"Streaming completion answered {resp.status_code}.")
-                for line in resp.iter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    event = json.loads(line[6:])
-                    if event.get("usage"):
-                        stream_usage = event["usage"]
-                    for choice in event.get("choices", []):
-                        if choice.get("text"):
-                            chunks += 1
-                            streamed_text.append(choice["text"])
-            if chunks == 0 or not "".join(streamed_text).strip():
-                raise SmokeTestError("The streaming completion sent no text chunks.")
-            if not stream_usage or not stream_usage.get("completion_tokens"):
-                raise SmokeTestError("The streaming completion sent no usage counts.")
-            report["stream"] = {"chunks": chunks, "text": "".join(streamed_text)[:200], "usage": stream_usage}
+            return {
+                "endpoint": base,
+                "kind": kind,
+                **SMOKE_CHECKS[kind](client, base, served_name, max_tokens),
+            }
     except httpx.TransportError as exc:
         raise SmokeTestError(f"Cannot reach {base} ({type(exc).__name__}: {exc}).") from None
-    return report

@@ -57,7 +57,9 @@ def find_gguf(model: str, gguf_file: str | None) -> Path:
     if gguf_file:
         chosen = path / gguf_file
         if not chosen.is_file():
-            raise ValueError(f"{chosen} does not exist: set args.gguf_file to one of the folder's *.gguf files.")
+            raise ValueError(
+                f"{chosen} does not exist: set args.gguf_file to one of the folder's *.gguf files."
+            )
         return chosen
     found = sorted(path.glob("*.gguf"))
     if len(found) != 1:
@@ -73,7 +75,9 @@ def check_engine_args(engine_args: dict[str, Any], accepted: Callable[..., Any])
     names = set(inspect.signature(accepted).parameters) - {"self", "model_path", "kwargs"}
     unknown = sorted(set(engine_args) - names)
     if unknown:
-        raise ValueError(f"llama_cpp.Llama has no argument(s) {unknown}; engine_args takes e.g. n_ctx, n_threads.")
+        raise ValueError(
+            f"llama_cpp.Llama has no argument(s) {unknown}; engine_args takes e.g. n_ctx, n_threads."
+        )
 
 
 class Generation:
@@ -110,7 +114,9 @@ class LlamaCppEngine:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
             self.chat_format = Jinja2ChatFormatter(
-                template, eos_token=self._token_text(self.llm.token_eos()), bos_token=self._token_text(self.llm.token_bos())
+                template,
+                eos_token=self._token_text(self.llm.token_eos()),
+                bos_token=self._token_text(self.llm.token_bos()),
             )
         self.lock = asyncio.Lock()
 
@@ -128,7 +134,9 @@ class LlamaCppEngine:
     def completion_prompt(self, prompt: str) -> list[int]:
         return self.llm.tokenize(prompt.encode(), add_bos=True)
 
-    def _produce(self, prompt: list[int], gen: Generation, emit: Callable[[Any], None], cancel: threading.Event) -> None:
+    def _produce(
+        self, prompt: list[int], gen: Generation, emit: Callable[[Any], None], cancel: threading.Event
+    ) -> None:
         """Worker thread: generate up to ``max_tokens``, emitting (text, 1, None) per token, then the finish."""
         import numpy as np
 
@@ -144,7 +152,9 @@ class LlamaCppEngine:
             self.llm.set_seed(gen.seed)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         finish = "length"
-        for token in self.llm.generate(prompt, repeat_penalty=1.0, logits_processor=[no_early_eos], **gen.sampling):
+        for token in self.llm.generate(
+            prompt, repeat_penalty=1.0, logits_processor=[no_early_eos], **gen.sampling
+        ):
             if cancel.is_set():
                 return
             if token in self.stop_ids:
@@ -192,7 +202,7 @@ class LlamaCppEngine:
                         yield held[:cut], count, "stop"
                         return
                     ready = held if finish or not hold else held[: max(len(held) - hold, 0)]
-                    held = held[len(ready):]
+                    held = held[len(ready) :]
                     if ready or count or finish:
                         yield ready, count, finish
             finally:
@@ -214,17 +224,25 @@ class LlamaCppServer:
         self.engine = LlamaCppEngine(self.args)
         log.info(
             "llama.cpp model %s (%s) ready in %.1fs",
-            self.args.served_model_name, self.engine.path.name, time.monotonic() - started,
+            self.args.served_model_name,
+            self.engine.path.name,
+            time.monotonic() - started,
         )
 
     async def _run(self, prompt: list[int], req: oa.SamplingFields, rid: str, chat: bool) -> Any:
         room = self.engine.max_model_len - len(prompt)
         if room < 1:
-            raise ValueError(f"The prompt has {len(prompt)} tokens; this model's context is {self.engine.max_model_len}.")
+            raise ValueError(
+                f"The prompt has {len(prompt)} tokens; this model's context is {self.engine.max_model_len}."
+            )
         gen = Generation(req, min(req.wanted_tokens(self.args.default_max_tokens), room))
         return await oa.respond(
-            self.engine.deltas(prompt, gen), req, rid=rid, model=self.args.served_model_name,
-            prompt_tokens=len(prompt), chat=chat,
+            self.engine.deltas(prompt, gen),
+            req,
+            rid=rid,
+            model=self.args.served_model_name,
+            prompt_tokens=len(prompt),
+            chat=chat,
         )
 
     async def _request(self, request: Request, model_cls: type[BaseModel]) -> BaseModel | JSONResponse:

@@ -67,7 +67,12 @@ class Translator:
         task_params = (getattr(self.model.config, "task_specific_params", None) or {}).get(self.args.task, {})
         self.prefix = self.args.prefix if self.args.prefix is not None else task_params.get("prefix", "")
         self.generation = self.args.generation
-        log.info("translator %s ready on %s in %.1fs", self.args.served_model_name, device, time.monotonic() - started)
+        log.info(
+            "translator %s ready on %s in %.1fs",
+            self.args.served_model_name,
+            device,
+            time.monotonic() - started,
+        )
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """A ``user_config`` change updates the generation settings without restarting the replica."""
@@ -76,7 +81,9 @@ class Translator:
     def translate(self, texts: list[str]) -> list[str]:
         import torch
 
-        batch = self.tokenizer([self.prefix + t for t in texts], return_tensors="pt", padding=True, truncation=True)
+        batch = self.tokenizer(
+            [self.prefix + t for t in texts], return_tensors="pt", padding=True, truncation=True
+        )
         with torch.inference_mode():
             out = self.model.generate(
                 **batch.to(self.device),
@@ -97,13 +104,23 @@ class Translator:
         try:
             body = json.loads(await request.body())
         except ValueError:
-            return PlainTextResponse("The body must be JSON: a string, or a list of strings.", 400, self._headers())
+            return PlainTextResponse(
+                "The body must be JSON: a string, or a list of strings.", 400, self._headers()
+            )
         single = isinstance(body, str)
         texts = [body] if single else body
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
-            return PlainTextResponse("Send a non-empty JSON string (or a list of them) to translate.", 400, self._headers())
+        if (
+            not isinstance(texts, list)
+            or not texts
+            or not all(isinstance(t, str) and t.strip() for t in texts)
+        ):
+            return PlainTextResponse(
+                "Send a non-empty JSON string (or a list of them) to translate.", 400, self._headers()
+            )
         if len(texts) > self.args.max_batch:
-            return PlainTextResponse(f"At most {self.args.max_batch} texts per request.", 400, self._headers())
+            return PlainTextResponse(
+                f"At most {self.args.max_batch} texts per request.", 400, self._headers()
+            )
         # generate() takes a while: run it in a thread so the replica keeps answering probes meanwhile.
         out = await asyncio.to_thread(self.translate, texts)
         if single:

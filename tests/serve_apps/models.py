@@ -19,7 +19,9 @@ def tiny_t5_path() -> Path:
     """A tiny random T5 + locally trained tokenizer (tools/make_tiny_t5.py), for the translator."""
     path = Path(os.environ.get("RAYLIFT_TINY_T5", ROOT / ".cache/tiny-t5"))
     if not (path / "model.safetensors").exists():
-        subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_t5.py"), str(path)], check=True, timeout=300)
+        subprocess.run(
+            [str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_t5.py"), str(path)], check=True, timeout=300
+        )
     return path
 
 
@@ -29,15 +31,20 @@ def tiny_gguf_dir() -> Path:
     if not any(path.glob("*.gguf")):
         subprocess.run(
             [str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_gguf.py"), str(tiny_model_path()), str(path)],
-            check=True, timeout=300,
+            check=True,
+            timeout=300,
         )
     return path
 
 
 def run_in_runtime(code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``code`` with the runtime env's Python, serve_apps/ importable (as in a Ray replica)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "serve_apps")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "serve_apps"), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(
-        [str(RUNTIME_PYTHON), "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env,
+        [str(RUNTIME_PYTHON), "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
         cwd=ROOT / "serve_apps",
     )

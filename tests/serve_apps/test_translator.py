@@ -12,7 +12,7 @@ import pytest
 
 from tests.serve_apps.models import run_in_runtime, tiny_t5_path
 
-DRIVER = r'''
+DRIVER = r"""
 import asyncio, json, sys
 from starlette.requests import Request
 from translator.app import VERSION_HEADER, Translator, TranslatorArgs
@@ -44,7 +44,7 @@ async def main():
     print(json.dumps(out))
 
 asyncio.run(main())
-'''
+"""
 
 
 @pytest.fixture(scope="module")

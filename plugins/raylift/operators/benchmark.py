@@ -68,9 +68,18 @@ class BenchmarkOperator(TargetOperator):
         from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
         from raylift.rollback import restore_app
+        from raylift.serve_config import APP_KINDS
 
         watch = Stopwatch()
-        endpoint = self.target_impl.endpoint_url()
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        endpoint = deployed.get("endpoint") or self.target_impl.endpoint_url()  # the app's URL (route_prefix)
+        kind = APP_KINDS.get(str(deployed.get("kind", "llm")))
+        if kind is not None and not kind.openai:  # e.g. the translator: no token stream to measure
+            self.log.info("benchmark skipped: the %s app has no OpenAI API; its smoke test passed", kind.name)
+            config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
+            if config:
+                self.state_for(str(self.app_name)).record_good(context["run_id"], config, benchmark=None)
+            return {"skipped": f"no OpenAI API in the {kind.name} app"}
         result = run_benchmark(
             endpoint,
             str(self.served_name),

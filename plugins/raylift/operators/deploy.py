@@ -1,8 +1,13 @@
 """Deploy one Serve application through the target's Serve API, deferring until it is RUNNING.
 
-Order matters for "nothing already serving is lost": validate first (engine args, config), snapshot
-the config that is serving, then apply a config that changes only this app. If Serve reports
-DEPLOY_FAILED, restore the last good version of this app and fail with Serve's own message.
+Order matters for "nothing already serving is lost": validate first (the config's schema and its fit
+on the cluster, then vLLM's engine args), snapshot the config that is serving, then apply a config
+that changes only this app. If Serve reports DEPLOY_FAILED, restore the last good version of this app
+and fail with Serve's own message.
+
+The app is any of serve_apps/ (vLLM LLM, llama.cpp, translator): the base config's ``import_path``
+gives its kind (``raylift.serve_config.APP_KINDS``), which says whether ``engine_args`` apply and
+whether they are vLLM's. The result tells the smoke test which checks to run and where the app answers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class ServeDeployOperator(TargetOperator):
         "replicas",
         "engine_args",
         "app_args",
+        "autoscaling",
+        "route_prefix",
     )
 
     def __init__(
@@ -40,6 +47,8 @@ class ServeDeployOperator(TargetOperator):
         replicas: int | str = 1,
         engine_args: dict[str, Any] | None = None,
         app_args: dict[str, Any] | None = None,
+        autoscaling: dict[str, Any] | None = None,
+        route_prefix: str | None = None,
         timeout_s: float = DEPLOY_TIMEOUT_S,
         deferrable: bool = True,
         **kwargs: Any,
@@ -48,11 +57,12 @@ class ServeDeployOperator(TargetOperator):
         self.artifact, self.model = artifact, model
         self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
         self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
+        self.autoscaling, self.route_prefix = autoscaling or {}, route_prefix
         self.timeout_s, self.deferrable = timeout_s, deferrable
 
     def render(self) -> dict[str, Any]:
         """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""
-        from raylift.serve_config import load_config, render_app
+        from raylift.serve_config import app_kind, apply_autoscaling, load_config, render_app
 
         try:
             replicas = int(self.replicas)
@@ -60,33 +70,53 @@ class ServeDeployOperator(TargetOperator):
             raise RayliftValueError(f"'replicas' must be an integer >= 0, got {self.replicas!r}.") from None
         if replicas < 0:
             raise RayliftValueError(f"'replicas' must be >= 0, got {replicas}.")
-        if not isinstance(self.engine_args, dict):
-            raise RayliftValueError(f"'engine_args' must be a JSON object, got {type(self.engine_args).__name__}.")
+        for field in ("engine_args", "app_args", "autoscaling"):
+            if not isinstance(getattr(self, field), dict):
+                raise RayliftValueError(f"'{field}' must be a JSON object, got {type(getattr(self, field)).__name__}.")
         name = Path(str(self.serve_config)).name
         base = load_config(repo_root() / SERVE_APPS_DIR_NAME / "configs" / name)
+        kind = app_kind(base["applications"][0])
+        if self.engine_args and not kind.engine:
+            raise RayliftValueError(
+                f"'engine_args' do not apply to the {kind.name} app ({name}); pass its settings in 'app_args'."
+            )
         artifact = Artifact.from_xcom(self.artifact)
         model = StagedModel.from_xcom(self.model)
         base_args = base["applications"][0].get("args", {})
-        args = {
-            **self.app_args,
-            "model": model.uri,
-            "served_model_name": str(self.served_name),
-            "engine_args": {**base_args.get("engine_args", {}), **self.engine_args},
-        }
+        args = {**self.app_args, "model": model.uri, "served_model_name": str(self.served_name)}
+        if kind.engine:
+            args["engine_args"] = {**base_args.get("engine_args", {}), **self.engine_args}
         self._base = base
-        return render_app(
-            base, app_name=str(self.app_name), working_dir=artifact.working_dir, args=args, replicas=replicas
+        app = render_app(
+            base, app_name=str(self.app_name), working_dir=artifact.working_dir, args=args, replicas=replicas,
+            route_prefix=str(self.route_prefix) if self.route_prefix else None,
         )
+        return apply_autoscaling(app, self.autoscaling)
+
+    def check_fit(self, app: dict[str, Any], current: dict[str, Any]) -> None:
+        """Refuse, before anything is applied, an app whose config is invalid or cannot fit the cluster."""
+        from raylift.serve_config import app_kind
+        from raylift.serve_validation import Cluster, check_fit
+
+        state = self.target_impl.cluster_state()
+        cluster = Cluster(totals=dict(state.resources), nodes=tuple(state.node_resources))
+        report = check_fit(app, cluster, others=current.get("applications", []), vllm=app_kind(app).vllm)
+        for line in report.lines:
+            self.log.info("fits: %s", line)
+        for warning in report.warnings:
+            self.log.warning("%s", warning)
 
     def execute(self, context: Any) -> Any:
         from raylift.rollout import surge_config
-        from raylift.serve_config import config_hash, merge_app
+        from raylift.serve_config import app_kind, config_hash, merge_app
 
         watch = Stopwatch()
         app = self.render()
         target = self.target_impl
-        target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
         current = target.current_serve_config()
+        self.check_fit(app, current)
+        if app_kind(app).vllm:
+            target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
         defaults = dict(self._base)
         if (http := target.serve_http_options()) is not None:
             defaults["http_options"] = http
@@ -121,7 +151,7 @@ class ServeDeployOperator(TargetOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from raylift.rollback import restore_app
-        from raylift.serve_config import config_hash
+        from raylift.serve_config import app_by_name, app_kind, app_url, config_hash
 
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
         if event.get("status") == "success":
@@ -130,10 +160,13 @@ class ServeDeployOperator(TargetOperator):
                 from raylift.rollout import settle
 
                 settle(self.target_impl, config, str(self.app_name))
+            app = app_by_name(config, str(self.app_name)) or {}
             return {
                 "app_name": self.app_name,
+                "kind": app_kind(app).name,
+                "route_prefix": app.get("route_prefix") or "/",
                 "config_hash": config_hash(config),
-                "endpoint": self.target_impl.endpoint_url(),
+                "endpoint": app_url(self.target_impl.endpoint_url(), app),
                 "served_name": self.served_name,
             }
         reason = event.get("message", "unknown")

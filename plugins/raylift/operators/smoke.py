@@ -1,4 +1,4 @@
-"""Smoke-test the endpoint; on failure put the previous good app back and fail with the reason."""
+"""Smoke-test the deployed app (checks picked by its kind); on failure put the previous good app back."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ class SmokeTestOperator(TargetOperator):
         from raylift.rollback import restore_app
         from raylift.smoke import run_smoke
 
-        endpoint = self.target_impl.endpoint_url()
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        # The deploy step says where the app answers (endpoint + route_prefix) and what it is.
+        endpoint = deployed.get("endpoint") or self.target_impl.endpoint_url()
         state = self.state_for(str(self.app_name))
         try:
-            report = run_smoke(endpoint, str(self.served_name))
+            report = run_smoke(endpoint, str(self.served_name), kind=deployed.get("kind", "llm"))
         except SmokeTestError as exc:
             action = restore_app(self.target_impl, state, context["run_id"], str(self.app_name))
             raise SmokeTestError(f"{exc} Rolled back: {action}.") from exc
