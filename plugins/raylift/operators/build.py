@@ -11,6 +11,7 @@ from raylift.targets.base import Artifact
 
 # Extra time the defer timeout allows over the trigger's own timeout (the trigger reports first).
 DEFER_MARGIN_S = 300
+PENDING_KEY = "artifact_being_built"
 
 
 class BuildArtifactOperator(TargetOperator):
@@ -36,19 +37,21 @@ class BuildArtifactOperator(TargetOperator):
         if trigger is None:
             return self._done(artifact, watch)
         self.log.info("building image %s; deferring until the build ends", artifact.image)
+        # kept in XCom, not in the defer kwargs: `airflow dags test` resumes with the event alone
+        context["ti"].xcom_push(key=PENDING_KEY, value=artifact.to_xcom())
         timeout_s = getattr(trigger, "timeout_s", None)
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
-            kwargs={"artifact": artifact.to_xcom()},
             timeout=timedelta(seconds=timeout_s + DEFER_MARGIN_S) if timeout_s else None,
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any], artifact: dict[str, Any]) -> dict[str, Any]:
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":
             raise BuildError(event.get("message") or f"The image build ended {event.get('status')}: {event}")
         self.log.info("build %s succeeded (logs: %s)", event.get("build_id"), event.get("logs_url"))
-        return self._done(self.target_impl.finish_build(Artifact.from_xcom(artifact)), None)
+        artifact = Artifact.from_xcom(context["ti"].xcom_pull(task_ids=self.task_id, key=PENDING_KEY))
+        return self._done(self.target_impl.finish_build(artifact), None)
 
     def _done(self, artifact: Artifact, watch: Stopwatch | None) -> dict[str, Any]:
         self.log.info(
