@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -248,3 +249,16 @@ def test_both_spellings_of_an_option_must_agree() -> None:
 def test_serve_binds_where_the_target_says() -> None:
     assert target().serve_http_options() == {"host": "0.0.0.0", "port": 8000}  # reachable from the VPC
     assert target(serve_host="127.0.0.1", serve_port=9000).serve_http_options() == {"host": "127.0.0.1", "port": 9000}
+
+
+def test_deploy_trigger_counts_from_the_submission_not_from_its_own_creation(
+    infra: None, dashboard: tuple[Dashboard, int]
+) -> None:
+    """Serve stamps a deploy when it receives the PUT; a trigger made later must still accept it."""
+    state, port = dashboard
+    t = target(dashboard_port=port)
+    before = time.time()
+    t.apply_serve_config({"applications": []})
+    time.sleep(1.5)  # a busy worker: more than the trigger's 1 s tolerance between PUT and trigger
+    _, kwargs = t.deploy_trigger(app_names=["llm"], timeout_s=60).serialize()
+    assert before <= kwargs["submitted_at"] <= before + 1

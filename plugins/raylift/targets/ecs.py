@@ -74,6 +74,7 @@ class EcsTarget(AwsTarget):
         self.worker_gpus = float(gpus_per_node if worker_gpus is None else worker_gpus)
         self.image_tag = image_tag
         self.scale_timeout_s, self.scale_poll_interval_s = scale_timeout_s, scale_poll_interval_s
+        self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
     # -- hooks -------------------------------------------------------------------------------------
     def _ecs(self) -> Any:
@@ -170,13 +171,19 @@ class EcsTarget(AwsTarget):
         return dashboard.deployed_config(dashboard.serve_applications())
 
     def apply_serve_config(self, config: dict[str, Any]) -> None:
+        # Taken before the PUT: Serve stamps the deploy when it receives it, and the trigger only
+        # counts deploys at or after this (a busy worker may create the trigger seconds later).
+        self._submitted_at = time.time()
         self._dashboard().put_serve_config(config)
 
     def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> Any:
         from raylift.triggers.serve import ServeApplicationsTrigger
 
         return ServeApplicationsTrigger(
-            dashboard_url=self.dashboard_url(), app_names=app_names, submitted_at=time.time(), timeout_s=timeout_s
+            dashboard_url=self.dashboard_url(),
+            app_names=app_names,
+            submitted_at=self._submitted_at or time.time(),
+            timeout_s=timeout_s,
         )
 
     def serve_http_options(self) -> dict[str, Any]:
