@@ -22,7 +22,8 @@ def test_local_store_location_becomes_a_file_uri() -> None:
 
 def test_s3_location_is_kept_as_is_without_trailing_slash() -> None:
     assert model_asset_uri("s3://bucket/prefix/org--model/abc123/") == "s3://bucket/prefix/org--model/abc123"
-    assert model_asset(staged("s3://bucket/prefix/org--model/abc123")).uri == "s3://bucket/prefix/org--model/abc123"
+    location = "s3://bucket/prefix/org--model/abc123"
+    assert model_asset(staged(location)).uri == location
 
 
 def test_extra_names_the_model_and_where_it_is_but_not_its_files() -> None:

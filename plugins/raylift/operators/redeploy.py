@@ -1,4 +1,4 @@
-"""The conf that re-runs raylift_deploy as it last passed its gates (the scheduled / asset-driven redeploy)."""
+"""The conf that re-runs raylift_deploy as it last passed its gates (scheduled / asset-driven redeploy)."""
 
 from __future__ import annotations
 
@@ -42,21 +42,22 @@ class LastGoodConfOperator(TargetOperator):
         good = state.last_good()
         if not good:
             raise RedeployError(
-                f"Nothing to redeploy: no raylift_deploy run of app {self.app_name!r} on target {self.target!r} has "
-                f"passed its smoke test and gates yet (state in {state.store.uri}). Run raylift_deploy once first."
+                f"Nothing to redeploy: no raylift_deploy run of app {self.app_name!r} on target "
+                f"{self.target!r} has passed its smoke test and gates yet (state in {state.store.uri}). "
+                "Run raylift_deploy once first."
             )
         record = state.store.read_json(f"{run_key(good['run_id'])}/record.json") or {}
         params = record.get("params")
         if not params:
             raise RedeployError(
-                f"The last good run {good['run_id']!r} has no run record with its Params under {state.store.uri}; "
-                "run raylift_deploy with the conf you want instead."
+                f"The last good run {good['run_id']!r} has no run record with its Params under "
+                f"{state.store.uri}; run raylift_deploy with the conf you want instead."
             )
         conf = {key: value for key, value in params.items() if key in deploy_params()}
         if hidden := _hidden(conf):
             raise RedeployError(
-                f"The last good run's record hides {', '.join(hidden)} (redacted as secrets), so it cannot be "
-                "replayed; keep secrets in Airflow connections, or run raylift_deploy with an explicit conf."
+                f"The last good run's record hides {', '.join(hidden)} (redacted as secrets), so it cannot "
+                "be replayed; keep secrets in Airflow connections, or run raylift_deploy with a full conf."
             )
         model = latest_staged_model(context.get("triggering_asset_events"))
         if model:

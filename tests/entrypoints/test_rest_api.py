@@ -1,0 +1,55 @@
+"""REST API entry point: trigger raylift_deploy with a conf, poll it to success, read the benchmark from XCom.
+
+The run goes through the real scheduler, executor and triggerer (the deploy task defers), against a real
+Ray cluster and vLLM on 127.0.0.1; invalid confs are refused at trigger time by the Params' JSON schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.entrypoints.conftest import DEPLOY_RUN_ID, deploy_conf
+from tests.fixtures.airflow_server import AirflowServer
+
+pytestmark = pytest.mark.integration
+
+
+def test_triggered_run_succeeds_and_benchmark_summary_is_in_xcom(
+    airflow: AirflowServer, deployed: dict[str, Any]
+) -> None:
+    assert deployed["conf"]["served_name"] == "tiny-test" and deployed["triggered_by"] == "rest_api"
+    states = airflow.task_states("raylift_deploy", DEPLOY_RUN_ID)
+    assert states.pop("fail_run_if_any_failed") == "skipped"  # the watcher runs only when a step failed
+    assert set(states.values()) == {"success"}, states
+
+    summary = airflow.xcom("raylift_deploy", DEPLOY_RUN_ID, "benchmark")
+    overall = summary["overall"]
+    assert overall["output_tokens"] > 0, overall
+    assert overall["errors"] == 0, overall
+    assert [level["concurrency"] for level in summary["levels"]] == [1, 2]
+    assert summary["results_uri"].endswith("benchmark.json")
+
+    deployed_app = airflow.xcom("raylift_deploy", DEPLOY_RUN_ID, "deploy")
+    assert deployed_app["served_name"] == "tiny-test"
+    assert deployed_app["endpoint"].startswith("http://127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "reason"),
+    [
+        ({"replicas": -1}, "replicas", "-1 is less than the minimum of 0"),
+        ({"target": "mars"}, "target", "'mars' is not one of"),
+        ({"served_name": "has spaces"}, "served_name", "does not match"),
+    ],
+)
+def test_invalid_conf_is_refused_at_trigger_time(
+    airflow: AirflowServer, override: dict[str, Any], field: str, reason: str
+) -> None:
+    before = airflow.ok("GET", "/dags/raylift_deploy/dagRuns")["total_entries"]
+    resp = airflow.trigger("raylift_deploy", deploy_conf(**override))
+    assert resp.status_code == 400, resp.text
+    detail = resp.json()["detail"]
+    assert f"Invalid input for param {field}" in detail and reason in detail, detail
+    assert airflow.ok("GET", "/dags/raylift_deploy/dagRuns")["total_entries"] == before  # no run was created
