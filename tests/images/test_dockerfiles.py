@@ -241,9 +241,9 @@ def hadolint(path: Path) -> list[dict]:
 
 
 def env_sh_value(name: str) -> str:
-    match = re.search(rf"^{name}=(\S+)$", (ROOT / "tools/env.sh").read_text(), re.MULTILINE)
+    match = re.search(rf'^{name}=("[^"]*"|\S+)$', (ROOT / "tools/env.sh").read_text(), re.MULTILINE)
     assert match, f"tools/env.sh defines no {name}"
-    return match.group(1)
+    return match.group(1).strip('"')
 
 
 def image_id(path: Path) -> str:
@@ -372,6 +372,16 @@ def test_literal_pins_agree_with_the_lock_the_image_uses(dockerfile: Path) -> No
                 if locked and locked != version:
                     disagreements.append(f"{word} but the lock has {locked}")
     assert disagreements == []
+
+
+def test_llamacpp_image_builds_the_runtime_locks_llama_cpp_python_with_the_same_flags() -> None:
+    """The Graviton image compiles the llama-cpp-python the local runtime locks, with the local build's
+    flags (plus its arm64 target): the app tested here is the one the image serves."""
+    text = (IMAGES / "ray-llamacpp-arm64/Dockerfile").read_text()
+    versions = {v for k, v in arg_defaults(parse_dockerfile(text)).items() if k == "LLAMA_CPP_PYTHON_VERSION"}
+    assert versions == {lock_pins(LOCKS["runtime.lock"])["llama-cpp-python"]}
+    flags = set(env_sh_value("LLAMA_CPP_CMAKE_ARGS").split())
+    assert flags and flags <= set(re.findall(r"-D\w+=\S+?(?=[\s\"\\])", text)), flags
 
 
 # -- the CPU image installs what the local runtime installs ----------------------------------------
