@@ -148,6 +148,14 @@ def test_cpu_replicas_are_checked_per_node_on_the_local_cluster() -> None:
         fit(app("llm-cpu.yaml", replicas=4), LOCAL)
 
 
+def test_without_a_node_list_unreported_resources_are_not_refused() -> None:
+    """A node-group view (EKS) names only its accelerator: what it does not report is unknown, not 0."""
+    eks_inf2 = Cluster(totals={"neuron": 4.0})  # devices, in the node group's own terms
+    assert fit(app("llm-neuron.yaml"), eks_inf2).lines == []
+    with pytest.raises(ServeFitError, match="GPU: needs 4"):
+        fit(app("llm-gpu-tp4.yaml"), Cluster(totals={"GPU": 0.0}))
+
+
 def test_without_a_node_list_only_totals_are_checked() -> None:
     totals_only = Cluster(totals={"GPU": 12.0})
     assert fit(app("llm-gpu-pp3-tp4.yaml"), totals_only).lines  # per-node layout unknown: not refused

@@ -250,9 +250,18 @@ def _fits(node: dict[str, float], need: dict[str, float]) -> int:
 
 
 def _checked(needs: dict[str, float], cluster: Cluster, cpus_known: bool) -> dict[str, float]:
-    """The resources that can be checked: accelerators and custom ones always, CPU when reported and known."""
+    """The resources that can be checked.
+
+    With a node list (Ray's own view) a resource the cluster does not list is 0: a GPU config on a
+    CPU cluster is refused. Without one (a node-group view, e.g. EKS: only its accelerator, under its
+    own name) only the resources it reports are checked. CPU only when the config says how many.
+    """
     return {
-        r: v for r, v in needs.items() if v > 0 and (r != "CPU" or (cpus_known and "CPU" in cluster.totals))
+        r: v
+        for r, v in needs.items()
+        if v > 0
+        and (r in cluster.totals or (bool(cluster.nodes) and r != "CPU"))
+        and (r != "CPU" or cpus_known)
     }
 
 
