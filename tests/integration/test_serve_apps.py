@@ -202,17 +202,18 @@ class BoundedLoad:
 def test_rolling_update_under_load_has_zero_failed_requests(stack: LocalStack) -> None:
     """A new translator version (changed args: every replica restarts) while ~4 requests/s run.
 
-    Why the translator: a replica starts in seconds here, so a rollout of 2 replicas fits a test,
-    while a vLLM replica on this CPU takes 60-100 s to start; what is exercised is the same for both,
-    Serve replacing replicas of a running deployment while the proxy keeps routing to live ones.
+    The deploy step applies it start-before-stop (raylift.rollout: one surge replica of the new
+    version first), then Serve's rolling update replaces the old replicas while its proxy routes only
+    to live ones. Why the translator: a replica starts in seconds here, so replacing 2 replicas fits a
+    test, while a vLLM replica on this CPU takes 60-100 s to start; the mechanism is the same for both.
     """
     before = deployed_app(stack, "translator")
     with BoundedLoad(f"{stack.serve_url}/") as load:
-        time.sleep(3)  # some traffic on v1 first
+        time.sleep(2)  # some traffic on v1 first
         started = time.monotonic()
         result = stack.dags_test("raylift_deploy", translator_conf(app_args={"version": "v2"}), timeout=600)
         deploy_s = time.monotonic() - started
-        time.sleep(3)  # and some after the switch
+        time.sleep(2)  # and some after the switch
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     log = load.log
     versions = [v for _, status, v, err in log if not err]
