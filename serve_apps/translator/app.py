@@ -40,7 +40,7 @@ class Generation(BaseModel):
 class TranslatorArgs(BaseModel):
     """Application args (the Serve config's ``args``)."""
 
-    model: str = Field(description="Folder with the seq2seq model (the staged model), or a hub id")
+    model: str = Field(description="The staged model: a folder, an s3:// prefix (mount or local copy), or a hub id")
     served_model_name: str = Field(default="translator", min_length=1)
     task: str = Field(default="translation_en_to_fr", description="Key of config.task_specific_params")
     prefix: str | None = Field(default=None, description="Input prefix; default: the task's, as t5-small's")
@@ -61,8 +61,11 @@ class Translator:
         device = self.args.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.tokenizer = AutoTokenizer.from_pretrained(self.args.model)
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.args.model).to(device).eval()
+        from llm.model_location import resolve_model  # s3:// staged models: mount or verified local copy
+
+        path = resolve_model(self.args.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(path).to(device).eval()
         self.device = device
         task_params = (getattr(self.model.config, "task_specific_params", None) or {}).get(self.args.task, {})
         self.prefix = self.args.prefix if self.args.prefix is not None else task_params.get("prefix", "")
