@@ -37,13 +37,21 @@ def _error_code(exc: BaseException) -> str:
     return str(response.get("Error", {}).get("Code", ""))
 
 
-def caller_identity(aws_conn_id: str | None = "aws_default", region_name: str | None = None) -> CallerIdentity:
-    """STS GetCallerIdentity through the connection; CredentialsError when there are no usable credentials."""
-    from airflow.providers.amazon.aws.hooks.sts import StsHook
+def caller_identity(
+    aws_conn_id: str | None = "aws_default", region_name: str | None = None, *, sts_client: Any = None
+) -> CallerIdentity:
+    """STS GetCallerIdentity through the connection; CredentialsError when there are no usable credentials.
+
+    :param sts_client: an STS client already made from the connection (saves building another session).
+    """
     from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
     try:
-        reply = StsHook(aws_conn_id=aws_conn_id, region_name=region_name).conn.get_caller_identity()
+        if sts_client is None:
+            from airflow.providers.amazon.aws.hooks.sts import StsHook
+
+            sts_client = StsHook(aws_conn_id=aws_conn_id, region_name=region_name).conn
+        reply = sts_client.get_caller_identity()
     except (NoCredentialsError, PartialCredentialsError) as exc:
         raise CredentialsError(
             f"No AWS credentials found for connection {aws_conn_id!r} ({type(exc).__name__}): set the "

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from raylift.errors import ModelSourceError, StagingError
 from raylift.staging.manifest import MANIFEST_NAME, Manifest, sha256_file
 from raylift.staging.sources import HUB_REPO_RE, resolve_source
 from raylift.staging.stage import model_key
-from raylift.store import S3Store, safe_key
+from raylift.store import safe_key
 from raylift.targets.base import StagedModel
 
 log = logging.getLogger(__name__)
@@ -88,25 +88,26 @@ def resolve(
     return found.path, found.revision
 
 
-def forget_mismatched(store: S3Store, prefix: str, uploader: S3Uploader, full_key: Callable[[str], str]) -> int:
+def forget_mismatched(uploader: S3Uploader, prefix_key: str) -> int:
     """Drop manifest entries whose object is missing or differs in S3, so this run uploads them again.
 
-    The generic stager trusts the manifest; S3 objects can be deleted or overwritten behind its back.
+    The manifest is trusted for what to skip; S3 objects can be deleted or overwritten behind its back.
+    ``prefix_key`` is the model's folder as an object key (``<store prefix>/<model>/<revision>``).
     """
-    key = f"{prefix}/{MANIFEST_NAME}"
-    manifest = store.read_json(key)
+    key = f"{prefix_key}/{MANIFEST_NAME}"
+    manifest = uploader.read_json(key)
     if not manifest or not manifest.get("files"):
         return 0
     stale = []
     for rel, entry in manifest["files"].items():
-        remote = uploader.head(full_key(f"{prefix}/{rel}"))
+        remote = uploader.head(f"{prefix_key}/{rel}")
         if remote is None or remote.size != int(entry["size"]) or remote.sha256 not in (None, entry["sha256"]):
             stale.append(rel)
     if stale:
         log.warning("%d staged file(s) are missing or changed in S3 and will be uploaded again: %s", len(stale), stale[:5])
         for rel in stale:
             del manifest["files"][rel]
-        store.write_json(key, manifest | {"complete": False})
+        uploader.write_json(key, manifest | {"complete": False})
     return len(stale)
 
 
@@ -177,10 +178,9 @@ def stage_model_to_s3(
 
     Same manifest and layout as the generic stager (:func:`raylift.staging.stage.stage_model`), tuned
     for S3: files are hashed once (a cache keyed by size+mtime skips even that when unchanged) while
-    earlier files upload, all files' parts share one pool of connections, and a re-run of an unchanged
-    model only reads the manifest and HEADs each object.
+    earlier files upload, all files' parts share one pool of connections, one boto3 session serves the
+    whole run, and a re-run of an unchanged model only reads the manifest and HEADs each object.
     """
-    caller_identity(destination.aws_conn_id, destination.region_name)
     uploader = S3Uploader(
         destination.bucket,
         aws_conn_id=destination.aws_conn_id,
@@ -188,15 +188,14 @@ def stage_model_to_s3(
         storage_class=destination.storage_class,
         settings=settings,
     )
+    caller_identity(destination.aws_conn_id, destination.region_name, sts_client=uploader.sts_client())
     check_bucket(uploader.client, destination.bucket)
     folder, resolved_revision = resolve(
         source, revision, cache_dir, aws_conn_id=destination.aws_conn_id, hf_conn_id=hf_conn_id
     )
-    store = S3Store(destination.uri, aws_conn_id=destination.aws_conn_id)
-    store.hook = uploader.hook  # one client (and one parse of the S3 API model) for the whole run
     hashes = HashCache(cache_dir)
     try:
-        staged = _stage(store, uploader, hashes, folder, model_id, resolved_revision)
+        staged = _stage(destination, uploader, hashes, folder, model_id, resolved_revision)
     finally:
         hashes.save()
     log.info(
@@ -212,16 +211,15 @@ def stage_model_to_s3(
 
 
 def _stage(
-    store: S3Store, uploader: S3Uploader, hashes: HashCache, folder: Path, model_id: str, revision: str
+    destination: S3Destination, uploader: S3Uploader, hashes: HashCache, folder: Path, model_id: str, revision: str
 ) -> StagedModel:
-    prefix = model_key(model_id, revision)
-    manifest_key = f"{prefix}/{MANIFEST_NAME}"
-
-    def bucket_key(key: str) -> str:  # a store key (relative to the model store) -> the object key
-        return f"{store.prefix}/{key}" if store.prefix else key
+    prefix = model_key(model_id, revision)  # the model's folder in the model store
+    root = destination.uri.removeprefix(f"s3://{destination.bucket}").strip("/")
+    prefix_key = f"{root}/{prefix}" if root else prefix  # ... as an object key
+    manifest_key = f"{prefix_key}/{MANIFEST_NAME}"
 
     def full_key(rel: str) -> str:
-        return bucket_key(f"{prefix}/{rel}")
+        return f"{prefix_key}/{rel}"
 
     files = model_files(folder)
     if not files:
@@ -231,8 +229,8 @@ def _stage(
         return StagedModel(
             model_id=model_id,
             revision=revision,
-            uri=store.child_uri(prefix),
-            manifest_uri=store.child_uri(manifest_key),
+            uri=f"{destination.uri}/{prefix}",
+            manifest_uri=f"{destination.uri}/{prefix}/{MANIFEST_NAME}",
             files=manifest.files,
             copied_files=len(copied),
             skipped_files=len(files) - len(copied),
@@ -240,19 +238,19 @@ def _stage(
         )
 
     # Unchanged since the last run (stat) and complete in S3: check the objects are there and stop.
-    previous_json = store.read_json(manifest_key) or {}
+    previous_json = uploader.read_json(manifest_key) or {}
     previous = Manifest.from_json(previous_json) if previous_json else Manifest(model_id, revision, str(folder))
     if previous_json.get("complete") and set(previous.files) == set(files):
         if all(hashes.known(path) == previous.files[rel] for rel, path in files.items()):
             try:
                 uploader.verify({full_key(rel): entry for rel, entry in previous.files.items()})
-                log.info("%s unchanged since it was staged to %s: nothing to upload", folder, store.child_uri(prefix))
+                log.info("%s unchanged since it was staged to %s/%s: nothing to upload", folder, destination.uri, prefix)
                 return result(previous, [])
             except StagingError as exc:
                 log.warning("Staged copy differs from the manifest (%s); checking every file", exc)
 
-    if forget_mismatched(store, prefix, uploader, bucket_key):
-        previous = Manifest.from_json(store.read_json(manifest_key))
+    if forget_mismatched(uploader, prefix_key):
+        previous = Manifest.from_json(uploader.read_json(manifest_key))
     # The folder (not the original URL) is recorded, so no presigned query string reaches the manifest.
     manifest = Manifest(model_id, revision, str(folder))
     done: dict[str, dict[str, Any]] = {}  # what is in S3 now: the manifest a resumed run trusts
@@ -265,7 +263,7 @@ def _stage(
     def record(rel: str, force: bool = False) -> None:
         done[rel] = manifest.files[rel]
         if force or time.monotonic() - last_write[0] > MANIFEST_EVERY_S:
-            store.write_json(manifest_key, Manifest(model_id, revision, str(folder), dict(done)).to_json() | {"complete": False})
+            uploader.write_json(manifest_key, Manifest(model_id, revision, str(folder), dict(done)).to_json() | {"complete": False})
             last_write[0] = time.monotonic()
 
     def jobs() -> Iterator[UploadJob]:
@@ -287,9 +285,9 @@ def _stage(
         uploader.upload_many(jobs(), finished)
     except StagingError:
         if done:  # keep what finished, so the re-run resumes after it
-            store.write_json(manifest_key, Manifest(model_id, revision, str(folder), dict(done)).to_json() | {"complete": False})
+            uploader.write_json(manifest_key, Manifest(model_id, revision, str(folder), dict(done)).to_json() | {"complete": False})
         raise
     manifest.files = {rel: manifest.files[rel] for rel in sorted(manifest.files)}
-    store.write_json(manifest_key, manifest.to_json() | {"complete": True})
+    uploader.write_json(manifest_key, manifest.to_json() | {"complete": True})
     uploader.verify({full_key(rel): entry for rel, entry in manifest.files.items()})
     return result(manifest, sorted(copied))

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +129,47 @@ class S3Uploader:
         )
         self.progress: Progress | None = None
 
-    @property
+    @cached_property
+    def _session(self) -> Any:
+        return self.hook.get_session(region_name=self.hook.region_name)
+
+    def _client(self, service: str) -> Any:
+        # One boto3 session for the run's clients: each new session parses botocore's endpoint and
+        # service JSON again, which costs more than re-checking an unchanged model.
+        return self._session.client(
+            service,
+            endpoint_url=self.hook.conn_config.get_service_endpoint_url(service_name=service),
+            config=self.hook.config,
+            verify=self.hook.verify,
+        )
+
+    @cached_property
     def client(self) -> Any:
-        return self.hook.get_conn()
+        """S3 client from the connection (credentials, region, endpoint) with standard retries."""
+        return self._client("s3")
+
+    def sts_client(self) -> Any:
+        """STS client from the same session (for the caller-identity check)."""
+        return self._client("sts")
+
+    def read_json(self, key: str) -> Any:
+        """``s3://bucket/key`` as JSON, or None when there is no such object."""
+        import json
+
+        from botocore.exceptions import ClientError
+
+        try:
+            return json.loads(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StagingError(f"Cannot read s3://{self.bucket}/{key}: {exc}") from None
+
+    def write_json(self, key: str, value: Any) -> None:
+        import json
+
+        body = json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
 
     def start(self, total_bytes: int, total_files: int) -> None:
         """Begin a progress report for a run of ``total_files`` files."""
