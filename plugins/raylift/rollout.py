@@ -1,8 +1,8 @@
 """Start-before-stop rollouts on top of Ray Serve's rolling update.
 
-Ray Serve 2.60 replaces replicas in waves of ``max(20 % of num_replicas, 1)`` and stops each old
-replica *before* its replacement starts; only while fewer replicas run than the target does it
-hold off stopping. So a code update of a 1-replica app (the common case on a small cluster) leaves
+Ray Serve 2.60, at its default ``max_surge_percent: 0``, replaces replicas in waves of
+``max(20 % of num_replicas, 1)`` and stops each old replica *before* its replacement starts; only
+while fewer replicas run than the target does it hold off stopping. So a code update of a 1-replica app (the common case on a small cluster) leaves
 no replica to answer until the new one has loaded its model: a minute or more of failed requests.
 
 raylift therefore applies a code update with ``num_replicas + surge``: Serve first *adds* the
@@ -11,6 +11,10 @@ the number of serving replicas never drops below what was asked for. Once the ap
 final config (the real replica count) is applied: a lightweight update that stops the surplus
 replica gracefully. If the new version never starts, the old replicas were never stopped, and a
 rollback to them is a lightweight update too.
+
+Ray 2.60 also has a per-deployment ``max_surge_percent`` that does this natively. raylift keeps its
+own surge because it behaves the same on every Serve version a cluster (ECS image, KubeRay) runs,
+and the integration tests prove it. Moving to the native field is a follow-up.
 """
 
 from __future__ import annotations
