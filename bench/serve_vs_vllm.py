@@ -47,24 +47,48 @@ def start_plain_vllm(model: Path, name: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
+def wait_dashboard(target: object, timeout_s: float) -> dict:
+    """The running Serve config, once the freshly started head answers (its first replies are slow)."""
+    from raylift.errors import ClusterError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return target.current_serve_config()  # type: ignore[attr-defined]
+        except ClusterError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(3)
+
+
 def start_serve(model: Path, name: str, home: Path) -> object:
     os.environ.update({"RAYLIFT_HOME": str(home), "RAYLIFT_SERVE_PORT": str(BASE + 10),
                        "RAYLIFT_DASHBOARD_PORT": str(BASE + 265), "RAYLIFT_RAY_PORT": str(BASE + 379),
                        "RAYLIFT_CLIENT_PORT": str(BASE + 1), "RAYLIFT_AGENT_PORT": str(BASE + 500)})
-    from raylift.config import repo_root
-    from raylift.rollback import wait_running
-    from raylift.serve_config import load_config, merge_app, render_app
     from raylift.targets.local import LocalTarget
 
     target = LocalTarget()
+    try:
+        return _deploy(target, model, name)
+    except BaseException:
+        target.teardown()  # do not leave a half-started cluster on the bench ports
+        raise
+
+
+def _deploy(target: object, model: Path, name: str) -> object:
+    from raylift.config import repo_root
+    from raylift.rollback import wait_running
+    from raylift.serve_config import load_config, merge_app, render_app
+
     artifact = target.build_artifact()
     staged = target.stage_model(source=str(model), model_id="bench/tiny", progress=lambda _: None)
     target.scale(workers=0)
+    current = wait_dashboard(target, 300)
     base = load_config(repo_root() / "serve_apps/configs/llm-cpu.yaml")
     app = render_app(base, app_name="llm", working_dir=artifact.working_dir,
                      args={"model": staged.uri, "served_model_name": name})
     defaults = {**base, "http_options": target.serve_http_options()}
-    target.apply_serve_config(merge_app(target.current_serve_config(), app, defaults=defaults))
+    target.apply_serve_config(merge_app(current, app, defaults=defaults))
     status = wait_running(target.dashboard, "llm", timeout_s=600)
     if status.get("status") != "RUNNING":
         raise RuntimeError(f"Serve app did not start: {status}")
