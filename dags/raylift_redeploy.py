@@ -5,7 +5,8 @@ catchup=False, so unpausing runs at most the latest due redeploy, never a backlo
 Asset: the ``raylift-staged-model`` alias (StageModelOperator with that outlet, e.g. raylift_stage_model);
 such a run deploys the announced model with the rest of the last good Params. The deploy itself is a
 raylift_deploy run, so build, stage, gates, rollback and run record are the same, and raylift_deploy's
-max_active_runs=1 keeps a redeploy from overlapping a manual deploy.
+max_active_runs=1 keeps a redeploy from overlapping a manual deploy. While raylift_deploy is paused (a deploy
+freeze), the redeploy's run of it waits queued until it is unpaused.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ with DAG(
         wait_for_completion=True,
         deferrable=True,
         poke_interval=10,
-        fail_when_dag_is_paused=True,
         openlineage_inject_parent_info=False,
     )
     chain(conf, deploy)

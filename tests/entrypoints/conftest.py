@@ -1,5 +1,8 @@
 """One real Airflow for every entry-point test, and one real deploy (shared by the tests that need it).
 
+Package-scoped: both are stopped (Airflow's process group, the Ray cluster) when this package's tests end,
+so nothing idles through the rest of the suite.
+
 Ports 26000-26999 (this suite's range; outside Ray's worker ports). The cron Variable is overridden through
 Airflow's env secrets backend with a leap-day cron: it proves the override path and cannot fire while the
 suite runs.
@@ -13,31 +16,23 @@ from typing import Any
 import pytest
 
 from tests.fixtures.airflow_server import AirflowServer, running_airflow
-from tests.fixtures.local_stack import tiny_model_path
+from tests.integration.test_local_pipeline import conf
 
 PORT_BASE = 26000
 TEST_REDEPLOY_CRON = "0 4 29 2 *"
 DEPLOY_RUN_ID = "rest_api_deploy"
-DEPLOY_TIMEOUT_S = 480
+# raylift_deploy itself waits up to 600 s for RUNNING; vLLM starts in minutes on a busy 2-core box.
+DEPLOY_TIMEOUT_S = 840
 DAG_IDS = ["raylift_deploy", "raylift_redeploy", "raylift_stage_model", "raylift_teardown"]
 
 
 def deploy_conf(**overrides: Any) -> dict[str, Any]:
-    """The tiny model on target local with a small, bounded benchmark (head only: the replica fits)."""
-    base = {
-        "target": "local",
-        "model_source": str(tiny_model_path()),
-        "model_id": "test/tiny-llama",
-        "served_name": "tiny-test",
-        "replicas": 1,
-        "workers": 0,
-        "concurrency": [1, 2],
-        "requests_per_level": 4,
-    }
-    return base | overrides
+    """The integration test's tiny-model conf on target local: head only (the replica fits), less load."""
+    small = {"target": "local", "workers": 0, "concurrency": [1, 2], "requests_per_level": 4}
+    return conf(**(small | overrides))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     home = tmp_path_factory.mktemp("entrypoints")
     with running_airflow(
@@ -48,7 +43,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployed(airflow: AirflowServer) -> dict[str, Any]:
     """The one real deploy: raylift_deploy triggered through the REST API and polled to its end."""
     resp = airflow.trigger("raylift_deploy", deploy_conf(), run_id=DEPLOY_RUN_ID)

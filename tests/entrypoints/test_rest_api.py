@@ -16,6 +16,7 @@ from tests.fixtures.airflow_server import AirflowServer
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.timeout(1500)  # includes starting Airflow and the one real deploy (fixtures)
 def test_triggered_run_succeeds_and_benchmark_summary_is_in_xcom(
     airflow: AirflowServer, deployed: dict[str, Any]
 ) -> None:

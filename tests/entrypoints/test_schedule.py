@@ -2,24 +2,23 @@
 
 raylift_redeploy runs on a cron (Airflow Variable, here overridden through the env backend) or on the
 ``raylift-staged-model`` alias. A real raylift_stage_model run announces the model; the scheduler starts
-raylift_redeploy, which re-runs raylift_deploy with the last good Params and the announced model.
+raylift_redeploy, which runs raylift_deploy with the last good Params and the announced model (held queued
+by a deploy freeze here, so the suite starts vLLM once) and ends as that run ends.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
-from raylift.deploy_state import run_key
 from tests.entrypoints.conftest import TEST_REDEPLOY_CRON, deploy_conf
 from tests.fixtures.airflow_server import AirflowServer
 
 pytestmark = pytest.mark.integration
 
-REDEPLOY_TIMEOUT_S = 300
+REDEPLOY_END_S = 90  # the redeploy polls its raylift_deploy run every 10 s
 
 
 def next_leap_day_4am(now: datetime) -> datetime:
@@ -45,12 +44,22 @@ def test_redeploy_dag_is_on_the_configured_cron_and_the_staged_model_alias(airfl
     assert datetime.fromisoformat(details["next_dagrun_run_after"].replace("Z", "+00:00")) == expected
 
 
+@pytest.mark.timeout(1500)  # needs the one real deploy (shared fixture; started here if run alone)
 def test_staged_model_event_starts_a_redeploy_of_the_last_good_params(
     airflow: AirflowServer, deployed: dict[str, Any]
 ) -> None:
     for dag_id in ("raylift_redeploy", "raylift_stage_model"):
         airflow.unpause(dag_id)
-    # Same model as the deploy: its files are unchanged, so the redeploy reuses what is serving.
+    # A deploy freeze (raylift_deploy paused) holds the redeploy's run of it queued: the test sees the run
+    # and its conf without a second vLLM start (the REST test already proves a deploy to success).
+    airflow.set_paused("raylift_deploy", True)
+    try:
+        _stage_and_check_the_redeploy(airflow, deployed)
+    finally:
+        airflow.set_paused("raylift_deploy", False)
+
+
+def _stage_and_check_the_redeploy(airflow: AirflowServer, deployed: dict[str, Any]) -> None:
     conf = {k: deploy_conf()[k] for k in ("target", "model_source", "model_id")}
     resp = airflow.trigger("raylift_stage_model", conf, run_id="stage_for_redeploy")
     assert resp.status_code == 200, resp.text
@@ -77,32 +86,25 @@ def test_staged_model_event_starts_a_redeploy_of_the_last_good_params(
     redeploy_id = created["run_id"]
     assert airflow.run("raylift_redeploy", redeploy_id)["run_type"] == "asset_triggered"
 
-    # The redeploy is a raylift_deploy run: the last good Params, with the announced model.
+    # The redeploy runs raylift_deploy with the last good Params and the announced model.
     deploy_id = f"redeploy__{redeploy_id}"
     airflow.wait_for(
         "the raylift_deploy run of the redeploy",
         lambda: airflow.api("GET", airflow.run_path("raylift_deploy", deploy_id)).status_code == 200,
-        timeout_s=90,
+        timeout_s=120,
     )
     run = airflow.run("raylift_deploy", deploy_id)
-    good = deployed["conf"]
-    assert run["run_type"] == "operator_triggered"
-    assert {k: run["conf"][k] for k in ("served_name", "replicas", "workers", "concurrency")} == {
-        k: good[k] for k in ("served_name", "replicas", "workers", "concurrency")
-    }
-    assert run["conf"]["model_source"] == str(store_dir) and run["conf"]["revision"] == "local"
+    assert run["run_type"] == "operator_triggered" and run["state"] == "queued", run
+    announced = {"model_source": str(store_dir), "model_id": "test/tiny-llama", "revision": "local"}
+    expected = deployed["conf"] | announced
+    assert {k: run["conf"].get(k) for k in expected} == expected
+    airflow.wait_for(  # it waits for that run without holding a worker slot
+        "the redeploy to defer",
+        lambda: airflow.task_states("raylift_redeploy", redeploy_id)["run_raylift_deploy"] == "deferred",
+        timeout_s=60,
+    )
 
-    # It ran the whole pipeline on the announced model, and the redeploy ends as its deploy run ends.
-    finished = airflow.wait_run("raylift_redeploy", redeploy_id, timeout_s=REDEPLOY_TIMEOUT_S)
-    deploy_run = airflow.run("raylift_deploy", deploy_id)
-    assert finished["state"] == deploy_run["state"], (finished["state"], deploy_run["state"])
-    states = airflow.task_states("raylift_deploy", deploy_id)
-    report = airflow.failure_report("raylift_deploy", deploy_id)
-    assert states["stage_model"] == states["deploy"] == states["smoke_test"] == "success", report
-    results = airflow.stack.home / "model-store" / run_key(deploy_id) / "benchmark.json"
-    overall = json.loads(results.read_text())["overall"]
-    assert overall["output_tokens"] > 0 and overall["errors"] == 0, overall
-    if states["benchmark"] != "success":
-        # The regression gate compares a handful of requests with the last good run's: on a loaded
-        # shared CPU box it can reject (and roll back) a healthy redeploy. That, and nothing else, may fail.
-        assert "regressed against baseline" in report and "Rolled back" in report, report
+    # ... and ends as that run ends.
+    airflow.fail_run("raylift_deploy", deploy_id)
+    finished = airflow.wait_run("raylift_redeploy", redeploy_id, timeout_s=REDEPLOY_END_S)
+    assert finished["state"] == "failed", finished
