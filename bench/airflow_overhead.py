@@ -45,6 +45,16 @@ def covered_seconds(intervals: list[list[float]]) -> float:
     return total
 
 
+def gaps(data: dict) -> dict[str, float]:
+    """Idle time before each task (since the previous task ended, or the run started) and after the last."""
+    out, reach = {}, data["start"]
+    for task, (start, end) in sorted(data["tasks"].items(), key=lambda kv: kv[1][0]):
+        out[f"before {task}"] = round(max(0.0, start - reach), 2)
+        reach = max(reach, end)
+    out["after the last task"] = round(max(0.0, data["end"] - reach), 2)
+    return out
+
+
 def main() -> int:
     stack = make_stack(Path(tempfile.mkdtemp(prefix="rl-ovh-")), port_base=23000)
     conf = {"model_source": str(tiny_model_path()), "model_id": "bench/tiny", "served_name": "tiny-ovh",
@@ -72,6 +82,7 @@ def main() -> int:
         "overhead_s": round(total - busy, 2),
         "overhead_ratio": round((total - busy) / total, 4),
         "tasks_s": {k: round(v[1] - v[0], 2) for k, v in sorted(data["tasks"].items(), key=lambda kv: kv[1][0])},
+        "gaps_s": gaps(data),
         "machine": f"{os.cpu_count()} CPUs",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -102,7 +102,9 @@ class LLMServer:
             top_p=req.top_p,
             seed=req.seed,
             stop=req.stop,
-            output_kind=RequestOutputKind.DELTA,
+            # A non-streamed answer needs only the final output: vLLM's frontend then skips building
+            # one output object per token, which is CPU the engine gets back (as vLLM's own server does).
+            output_kind=RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
         )
 
     async def _deltas(self, prompt_ids: list[int], params: Any) -> AsyncIterator[tuple[str, int, str | None]]:
