@@ -74,6 +74,7 @@ with DAG(
         concurrency="{{ params.concurrency }}",
         requests_per_level="{{ params.requests_per_level }}",
         slos="{{ params.slos }}",
+        max_regression="{{ params.max_regression }}",
         **TARGET,
     )
     record = RunRecordOperator(

@@ -88,6 +88,12 @@ DEPLOY_TIMEOUT_S = 600
 ROLLOUT_SURGE_REPLICAS = int(os.environ.get("RAYLIFT_ROLLOUT_SURGE", "1"))
 POLL_INTERVAL_S = 3.0
 
+# Regression gate. A level is compared with the last good run only when both have at least this many
+# successful requests, and its latency tail is read at the highest percentile the sample supports
+# (p99 of 8 requests is just the slowest one: one noisy request then rolled back healthy redeploys).
+REGRESSION_MIN_REQUESTS = 8
+DEFAULT_MAX_REGRESSION = 0.10
+
 
 def local_settings() -> LocalSettings:
     """Fresh settings each call so tests can point RAYLIFT_HOME elsewhere."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from raylift.config import DEFAULT_APP_NAME, local_settings
+from raylift.config import DEFAULT_APP_NAME, DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS, local_settings
 from raylift.targets import TARGETS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -99,6 +99,12 @@ def deploy_params() -> dict[str, Param]:
             },
             additionalProperties=False,
             description="Release gates; null = not checked",
+        ),
+        "max_regression": Param(
+            DEFAULT_MAX_REGRESSION, type="number", minimum=0, exclusiveMaximum=1,
+            description="Regression gate: the largest drop in output tokens/s, or rise in TTFT, allowed "
+            "against the last good run of this app (a fraction; levels with fewer than "
+            f"{REGRESSION_MIN_REQUESTS} requests are not compared)",
         ),
     }
     return params

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from raylift.bench.cost import compare_runs, cost_per_million_tokens, cost_summary, hourly_cost, load_prices
-from raylift.bench.gates import evaluate
+from raylift.bench.gates import evaluate, tail_percentile
 from raylift.bench.report import write_report
 from raylift.bench.runner import format_table
 from raylift.errors import BenchmarkError, RayliftValueError
@@ -19,8 +19,8 @@ def _stats(p99: float) -> dict[str, float]:
             "p95": p99 * 0.95, "p99": p99}
 
 
-def _level(c: int, tps: float, ttft_p99: float, errors: int = 0) -> dict[str, Any]:
-    return {"concurrency": c, "requests": 10, "errors": errors, "error_rate": errors / 10, "cancelled": 0,
+def _level(c: int, tps: float, ttft_p99: float, errors: int = 0, requests: int = 10) -> dict[str, Any]:
+    return {"concurrency": c, "requests": requests, "errors": errors, "error_rate": errors / requests, "cancelled": 0,
             "output_tokens": int(tps * 10), "input_tokens": 100, "duration_s": 10.0, "requests_per_s": 1.0,
             "output_tokens_per_s": tps, "ttft_ms": _stats(ttft_p99), "itl_ms": _stats(20),
             "tpot_ms": _stats(20), "e2e_ms": _stats(900)}
@@ -70,14 +70,38 @@ def test_gates_each_violation() -> None:
                              "max_error_rate": None}, None) == []
     baseline = _result([_level(1, 120, 250), _level(4, 310, 700)])
     regressions = evaluate(result, {}, baseline, max_regression=0.10)
+    # 10 requests per level: the TTFT tail compared is the median (see the sample-size test below)
     assert [(v.metric, v.concurrency, v.kind) for v in regressions] == [
-        ("output_tokens_per_s", 1, "regression"), ("ttft_ms.p99", 1, "regression"),
-        ("ttft_ms.p99", 4, "regression")]  # 300 vs 310 tok/s at c=4 is within 10 %
+        ("output_tokens_per_s", 1, "regression"), ("ttft_ms.p50", 1, "regression"),
+        ("ttft_ms.p50", 4, "regression")]  # 300 vs 310 tok/s at c=4 is within 10 %
     assert regressions[0].limit == 120 and regressions[0].measured == 100
     with pytest.raises(RayliftValueError, match="same model"):
         evaluate(result, {}, _result([_level(1, 1, 1)], model="other"))
+    with pytest.raises(RayliftValueError, match="max_regression"):
+        evaluate(result, {}, baseline, max_regression=1.0)
     with pytest.raises(RayliftValueError, match="unknown SLO keys"):
         evaluate(result, {"max_latency": 1}, None)
+
+
+def test_regression_tail_follows_the_sample_size() -> None:
+    """A p99 is compared only from 100 requests; 20 give p90; fewer than 8 ok requests: no verdict."""
+    assert [tail_percentile(n) for n in (8, 19, 20, 99, 100)] == ["p50", "p50", "p90", "p90", "p99"]
+    baseline = _result([_level(1, 100, 30, requests=n) for n in (1,)])
+    # one slow request among 8: p99 (the max) doubles, the median does not move -> passes
+    slow_tail = {**_level(1, 100, 67, requests=8), "ttft_ms": {**_stats(30), "p99": 67.0}}
+    assert evaluate(_result([slow_tail]), {}, _result([_level(1, 100, 30, requests=8)])) == []
+    # with 120 requests each the same p99 rise is a regression, named by its percentile
+    big = {**_level(1, 100, 67, requests=120), "ttft_ms": {**_stats(30), "p99": 67.0}}
+    (v,) = evaluate(_result([big]), {}, _result([_level(1, 100, 30, requests=120)]))
+    assert (v.metric, v.measured, v.limit) == ("ttft_ms.p99", 67.0, 30)
+    # too few successful requests (8 sent, 2 failed): the level is not compared at all
+    few = _level(1, 10, 300, errors=2, requests=8)
+    assert evaluate(_result([few]), {}, _result([_level(1, 100, 30, requests=8)])) == []
+    assert evaluate(_result([few]), {}, baseline, min_requests=1) != []
+    # the tolerance is the caller's: 15 % slower passes at 0.2, fails at 0.1
+    slower = _result([_level(1, 85, 30, requests=8)])
+    assert evaluate(slower, {}, _result([_level(1, 100, 30, requests=8)]), max_regression=0.2) == []
+    assert evaluate(slower, {}, _result([_level(1, 100, 30, requests=8)]), max_regression=0.1) != []
 
 
 def test_report_files(tmp_path: Path) -> None:

@@ -7,8 +7,12 @@ SLOs (each None = not checked):
   deliver that throughput at some tested concurrency);
 - ``max_error_rate``: the overall error rate must be at or below it.
 
-Regression: for each concurrency level present in both runs, output tokens/s may not drop, and
-TTFT p99 may not rise, by more than ``max_regression`` (a fraction) against the baseline.
+Regression: for each concurrency level present in both runs with at least
+``REGRESSION_MIN_REQUESTS`` successful requests each, output tokens/s may not drop, and the TTFT
+tail may not rise, by more than ``max_regression`` (a fraction) against the baseline. The tail is
+the highest percentile the smaller sample supports (:func:`tail_percentile`): p99 from 100
+requests, p90 from 20, else p50 — a p99 of 8 requests is one request, and gating on it rolled back
+healthy redeploys.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from raylift.config import DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS
 from raylift.errors import RayliftValueError
 
 SLO_KEYS = ("max_ttft_p99_ms", "min_output_tokens_per_s", "max_error_rate")
@@ -68,8 +73,17 @@ def _check_slos(result: Mapping[str, Any], slos: Mapping[str, float | None]) -> 
     return violations
 
 
+def tail_percentile(samples: int) -> str:
+    """The highest TTFT percentile worth comparing for ``samples`` requests."""
+    return "p99" if samples >= 100 else "p90" if samples >= 20 else "p50"
+
+
+def _ok_requests(level: Mapping[str, Any]) -> int:
+    return int(level.get("requests", 0)) - int(level.get("errors", 0))
+
+
 def _check_regression(
-    result: Mapping[str, Any], baseline: Mapping[str, Any], max_regression: float
+    result: Mapping[str, Any], baseline: Mapping[str, Any], max_regression: float, min_requests: int
 ) -> list[GateViolation]:
     if result.get("model") and baseline.get("model") and result["model"] != baseline["model"]:
         raise RayliftValueError(
@@ -82,14 +96,20 @@ def _check_regression(
         base = base_levels.get(level["concurrency"])
         if base is None:
             continue
+        samples = min(_ok_requests(level), _ok_requests(base))
+        if samples < min_requests:
+            continue  # too few requests to tell a regression from noise
         tps, base_tps = level["output_tokens_per_s"], base["output_tokens_per_s"]
         if base_tps > 0 and tps < base_tps * (1 - max_regression):
             violations.append(
                 GateViolation("output_tokens_per_s", tps, base_tps, "regression", level["concurrency"])
             )
-        ttft, base_ttft = level["ttft_ms"]["p99"], base["ttft_ms"]["p99"]
+        tail = tail_percentile(samples)
+        ttft, base_ttft = level["ttft_ms"].get(tail), base["ttft_ms"].get(tail)
         if ttft is not None and base_ttft is not None and ttft > base_ttft * (1 + max_regression):
-            violations.append(GateViolation("ttft_ms.p99", ttft, base_ttft, "regression", level["concurrency"]))
+            violations.append(
+                GateViolation(f"ttft_ms.{tail}", ttft, base_ttft, "regression", level["concurrency"])
+            )
     return violations
 
 
@@ -98,12 +118,13 @@ def evaluate(
     slos: Mapping[str, float | None],
     baseline: Mapping[str, Any] | None,
     *,
-    max_regression: float = 0.10,
+    max_regression: float = DEFAULT_MAX_REGRESSION,
+    min_requests: int = REGRESSION_MIN_REQUESTS,
 ) -> list[GateViolation]:
     """Every SLO and regression violation of ``result``; an empty list means the run passes."""
     if not 0 <= max_regression < 1:
         raise RayliftValueError(f"max_regression must be a fraction in [0, 1), got {max_regression}")
     violations = _check_slos(result, slos)
     if baseline is not None:
-        violations += _check_regression(result, baseline, max_regression)
+        violations += _check_regression(result, baseline, max_regression, min_requests)
     return violations

@@ -36,6 +36,7 @@ class BenchmarkOperator(TargetOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
+        "max_regression",
     )
 
     def __init__(
@@ -49,6 +50,7 @@ class BenchmarkOperator(TargetOperator):
         requests_per_level: int | str = 16,
         max_seconds_per_level: float = 120.0,
         slos: dict[str, Any] | None = None,
+        max_regression: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -56,6 +58,7 @@ class BenchmarkOperator(TargetOperator):
         self.profile, self.concurrency = profile, concurrency
         self.requests_per_level, self.max_seconds_per_level = requests_per_level, max_seconds_per_level
         self.slos = slos or {}
+        self.max_regression = max_regression
 
     def _levels(self) -> list[int]:
         raw = self.concurrency
@@ -64,6 +67,7 @@ class BenchmarkOperator(TargetOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from raylift.bench.gates import evaluate
+        from raylift.config import DEFAULT_MAX_REGRESSION
         from raylift.bench.report import run_history, write_run_report
         from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
@@ -103,7 +107,8 @@ class BenchmarkOperator(TargetOperator):
             self.log.exception("benchmark report not written; the gates still apply")
         good = state.last_good()
         slos = {k: v for k, v in (self.slos or {}).items() if v is not None}
-        violations = evaluate(result, slos, (good or {}).get("benchmark"))
+        max_regression = DEFAULT_MAX_REGRESSION if self.max_regression in (None, "") else float(self.max_regression)
+        violations = evaluate(result, slos, (good or {}).get("benchmark"), max_regression=max_regression)
         if violations:
             action = restore_app(self.target_impl, state, run_id, str(self.app_name))
             details = "; ".join(v.message for v in violations)
