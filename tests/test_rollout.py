@@ -33,8 +33,9 @@ def changed(config: dict, fn) -> dict:  # noqa: ANN001 - a small mutator
         lambda a: a["args"].update(fail_on_start="boom"),
         lambda a: a["runtime_env"].update(working_dir="file:///b.zip"),
         lambda a: a["deployments"][0]["ray_actor_options"].update(num_cpus=2),
+        lambda a: a["deployments"][0].update(autoscaling_config={"min_replicas": 1, "max_replicas": 1}),
     ],
-    ids=["args", "working_dir", "actor_options"],
+    ids=["args", "working_dir", "actor_options", "fixed_to_autoscaling"],
 )
 def test_code_updates_restart_replicas(running: dict, mutate) -> None:  # noqa: ANN001
     assert restarts_replicas(app_by_name(running, "llm"), app_by_name(changed(running, mutate), "llm"))
@@ -53,6 +54,14 @@ def test_lightweight_updates_keep_replicas(running: dict, mutate) -> None:  # no
     new = changed(running, mutate)
     assert not restarts_replicas(app_by_name(running, "llm"), app_by_name(new, "llm"))
     assert surge_config(running, new, "llm", extra=1) is None
+
+
+def test_autoscaling_bounds_change_is_lightweight(running: dict) -> None:
+    """Within autoscaling, changing the bounds keeps the replicas (only the switch restarts them)."""
+    scaled = changed(running, lambda a: a["deployments"][0].update(autoscaling_config={"min_replicas": 1, "max_replicas": 2}))
+    wider = changed(scaled, lambda a: a["deployments"][0]["autoscaling_config"].update(max_replicas=4))
+    assert not restarts_replicas(app_by_name(scaled, "llm"), app_by_name(wider, "llm"))
+    assert restarts_replicas(app_by_name(wider, "llm"), app_by_name(running, "llm"))  # back to a fixed count
 
 
 def test_surge_adds_replicas_only_to_the_deployed_app(running: dict) -> None:

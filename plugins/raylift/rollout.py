@@ -66,6 +66,11 @@ def restarts_replicas(old_app: dict[str, Any] | None, new_app: dict[str, Any]) -
         before = old_deps.get(dep.get("name"), {})
         if _heavy(before, LIGHTWEIGHT_DEPLOYMENT_KEYS) != _heavy(dep, LIGHTWEIGHT_DEPLOYMENT_KEYS):
             return True
+        # Values inside num_replicas or autoscaling_config are lightweight, but switching between a fixed
+        # count and autoscaling deploys a new version: Serve 2.60 logs "Stopping 1 replicas ... with
+        # outdated versions" and restarts them (measured under load in tests/integration/test_reliability).
+        if bool(before.get("autoscaling_config")) != bool(dep.get("autoscaling_config")):
+            return True
     return False
 
 

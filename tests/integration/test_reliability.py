@@ -273,6 +273,7 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         load.wait_for(10)
         # The new version: one replica (a lightweight update: Serve drains and stops one replica; going
         # back starts one, the only engine start of this test) and an SLO no endpoint here can meet.
+        # (Switching to autoscaling instead would restart both replicas: not lightweight, see raylift.rollout.)
         result = stack.dags_test("raylift_deploy", conf(replicas=1, slos={"min_output_tokens_per_s": 1e9}))
         (stack.home / "gate-rollback.log").write_text(result.stdout + result.stderr)
         app = wait_recovered(stack, set())  # back on the last good config: 2 replicas
