@@ -150,8 +150,12 @@ def test_cpu_replicas_are_checked_per_node_on_the_local_cluster() -> None:
 
 def test_without_a_node_list_unreported_resources_are_not_refused() -> None:
     """A node-group view (EKS) names only its accelerator: what it does not report is unknown, not 0."""
-    eks_inf2 = Cluster(totals={"neuron": 4.0})  # devices, in the node group's own terms
-    assert fit(app("llm-neuron.yaml"), eks_inf2).lines == []
+    eks_inf2 = Cluster(totals={"neuron_cores": 8.0})  # the EKS target converts devices to Ray's cores
+    assert fit(app("llm-neuron.yaml"), eks_inf2).lines == [
+        "neuron_cores: needs 8 = 1 x 8 (LLMServer); cluster has 8, other apps hold 0"]
+    assert fit(app("llm-neuron.yaml"), Cluster(totals={"GPU": 4.0})).lines == []  # no Neuron reported: unknown
+    with pytest.raises(ServeFitError, match="neuron_cores: needs 8"):
+        fit(app("llm-neuron.yaml"), Cluster(totals={"neuron_cores": 4.0}))  # 2 devices: half a TP=8 replica
     with pytest.raises(ServeFitError, match="GPU: needs 4"):
         fit(app("llm-gpu-tp4.yaml"), Cluster(totals={"GPU": 0.0}))
 

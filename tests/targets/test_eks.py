@@ -46,8 +46,12 @@ def nodegroup(max_size: int = 4, desired: int = 0) -> None:
     eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.2xlarge"], "min": 0, "max": max_size, "desired": desired}})
 
 
+def scaling_of(group: str) -> dict:
+    return boto3.client("eks").describe_nodegroup(clusterName="ray", nodegroupName=group)["nodegroup"]["scalingConfig"]
+
+
 def scaling() -> dict:
-    return boto3.client("eks").describe_nodegroup(clusterName="ray", nodegroupName="gpu")["nodegroup"]["scalingConfig"]
+    return scaling_of("gpu")
 
 
 def test_unknown_option_is_refused() -> None:
@@ -64,6 +68,16 @@ def test_scale_sizes_the_node_group_for_the_profile(infra: None) -> None:
     state = t.cluster_state()
     assert state.missing(want) == []
     assert t.recorded_workers() == 3
+
+
+def test_neuron_capacity_is_reported_in_rays_neuron_cores(infra: None) -> None:
+    """Node groups count Neuron devices; Ray, Serve configs and the fit check count NeuronCores (2 each)."""
+    eks_nodegroups("ray", {"inferentia": {"instanceTypes": ["inf2.48xlarge"], "min": 0, "max": 2, "desired": 0}})
+    t = target(worker_nodegroup="inferentia", profile="inf2", accelerators_per_node=12)
+    want = t.scale(workers=3)  # three TP=8 pods (4 devices each) fill one inf2.48xlarge
+    assert scaling_of("inferentia")["desiredSize"] == 1
+    assert (want.nodes, want.resources) == (1, {"neuron_cores": 24.0})
+    assert t.cluster_state().resources == {"neuron_cores": 24.0}
 
 
 def test_deploy_then_upgrade_scales_for_the_peak_and_rolls_back(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811

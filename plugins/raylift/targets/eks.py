@@ -19,7 +19,21 @@ from raylift.targets.base import ClusterExpectation, ClusterState
 
 log = logging.getLogger(__name__)
 
-RAY_RESOURCE_NAMES = {"nvidia.com/gpu": "GPU", "aws.amazon.com/neuron": "neuron"}
+# Kubernetes (and EC2) count accelerators by device; Ray schedules Neuron by core (``neuron_cores``, what
+# the Serve configs ask for). Inferentia2 and Trainium devices have 2 NeuronCores each.
+NEURON_CORES_PER_DEVICE = 2
+RAY_RESOURCES: dict[str, tuple[str, int]] = {
+    "nvidia.com/gpu": ("GPU", 1),
+    "aws.amazon.com/neuron": ("neuron_cores", NEURON_CORES_PER_DEVICE),
+}
+
+
+def ray_resources(accelerator: str | None, devices: float) -> dict[str, float]:
+    """``devices`` of a Kubernetes accelerator resource, in Ray's resource name and unit."""
+    if accelerator is None:
+        return {}
+    name, per_device = RAY_RESOURCES.get(accelerator, (accelerator, 1))
+    return {name: float(devices * per_device)}
 
 
 class EksTarget(AwsTarget):
@@ -148,7 +162,7 @@ class EksTarget(AwsTarget):
     def _expectation(self, nodes: int, amount: float) -> ClusterExpectation:
         accel = self._accelerator()
         head = 1 if self.head_nodegroup else 0
-        resources = {RAY_RESOURCE_NAMES.get(accel, accel): float(nodes * self.per_node())} if accel else {}
+        resources = ray_resources(accel, nodes * self.per_node()) if accel else {}
         return ClusterExpectation(nodes=nodes + head, resources=resources)
 
     def scale(self, *, workers: int) -> ClusterExpectation:
@@ -193,7 +207,7 @@ class EksTarget(AwsTarget):
         )
         accel = self._accelerator()
         ready_workers = workers.desired_size if workers.status == "ACTIVE" else 0
-        resources = {RAY_RESOURCE_NAMES.get(accel, accel): float(ready_workers * self.per_node())} if accel else {}
+        resources = ray_resources(accel, ready_workers * self.per_node()) if accel else {}
         return ClusterState(nodes=nodes, resources=resources)
 
     # -- serve -------------------------------------------------------------------------------------
