@@ -69,8 +69,14 @@ def _stage_and_check_the_redeploy(airflow: AirflowServer, deployed: dict[str, An
     # The event names the model's place in the store, and the scheduler made a raylift_redeploy run of it.
     def event_with_run() -> dict[str, Any] | None:
         params = {"source_dag_id": "raylift_stage_model"}
-        events = airflow.ok("GET", "/assets/events", params=params)["asset_events"]
-        return next((e for e in events if e["created_dagruns"]), None)
+        resp = airflow.api("GET", "/assets/events", params=params)
+        if resp.status_code == 500 and "start_date" in airflow.log_path.read_text(errors="replace")[-20000:]:
+            # Airflow 3's AssetEventResponse cannot serialise a created run that is still queued
+            # (start_date None: "created_dagruns.0.start_date Input should be a valid datetime"); once
+            # the scheduler starts that run, a second later, the same request answers.
+            return None
+        assert resp.status_code == 200, resp.text[:1000]
+        return next((e for e in resp.json()["asset_events"] if e["created_dagruns"]), None)
 
     event = airflow.wait_for("the asset event's raylift_redeploy run", event_with_run, timeout_s=60)
     store_dir = airflow.stack.home / "model-store/test--tiny-llama/local"

@@ -188,9 +188,10 @@ class LocalRayCluster:
         self._save(nodes)
         return nodes
 
-    def stop(self) -> None:
-        """Stop every node raylift started (workers first, then the head). Idempotent."""
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Stop every node raylift started (workers first, then the head), each given ``grace_s`` to
+        exit on SIGTERM before its whole process group is killed. Idempotent."""
         nodes = self._load()
         for role in sorted(nodes, key=lambda r: r == "head"):
-            self._stop(nodes[role])
+            self._stop(nodes[role], timeout_s=grace_s)
         self._save({})
