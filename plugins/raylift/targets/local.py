@@ -28,6 +28,7 @@ class LocalTarget(Target):
         self._model_store = model_store or str(self.settings.model_store)
         self.cluster = LocalRayCluster(self.settings)
         self.dashboard = RayDashboardHook(self.settings.dashboard_url)
+        self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
     def model_store_uri(self) -> str:
         return self._model_store
@@ -62,13 +63,17 @@ class LocalTarget(Target):
         return self.dashboard.deployed_config(self.dashboard.serve_applications())
 
     def apply_serve_config(self, config: dict[str, Any]) -> None:
+        # Taken before the PUT, as on ECS: Serve stamps the deploy when it receives it, and the trigger
+        # only counts deploys at or after this. Taken after, a PUT answered more than a second late (a
+        # busy box) made a DEPLOY_FAILED app look stale and the deploy wait ran to its timeout.
+        self._submitted_at = time.time()
         self.dashboard.put_serve_config(config)
 
     def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
         return ServeApplicationsTrigger(
             dashboard_url=self.settings.dashboard_url,
             app_names=app_names,
-            submitted_at=time.time(),
+            submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
         )
 
