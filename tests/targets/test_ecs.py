@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from raylift.targets import get_target
 from raylift.targets.base import Artifact
 from raylift.targets.ecs import EcsTarget
 from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster, tool_target_options
+from tests.fixtures.http_standin import JsonHandler, serve_http
 
 BUCKET = "raylift-models"
 
@@ -41,18 +40,7 @@ class Dashboard:
 def dashboard() -> Iterator[tuple[Dashboard, int]]:
     state = Dashboard()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _json(self, payload: Any) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             if self.path.startswith("/api/v0/nodes"):
                 self._json({"data": {"result": {"result": state.nodes}}})
@@ -65,11 +53,8 @@ def dashboard() -> Iterator[tuple[Dashboard, int]]:
             state.puts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self._json({})
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state, server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serve_http(Handler) as port:
+        yield state, port
 
 
 @pytest.fixture()

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from raylift.targets.local import LocalTarget
+from tests.fixtures.http_standin import JsonHandler, serve_http
 
 
 @pytest.fixture()
@@ -21,18 +19,7 @@ def slow_dashboard() -> Iterator[int]:
     DEPLOY_FAILED (as Serve does when the new version raises at start)."""
     state: dict[str, Any] = {"applications": {}}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _json(self, payload: Any) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             self._json({"applications": state["applications"]})
 
@@ -43,11 +30,8 @@ def slow_dashboard() -> Iterator[int]:
             time.sleep(2.5)  # a busy head: the answer comes seconds after Serve took the config
             self._json({})
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serve_http(Handler) as port:
+        yield port
 
 
 def test_a_failed_deploy_is_seen_even_when_the_put_answers_late(slow_dashboard: int,
