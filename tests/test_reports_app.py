@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from airflow.api_fastapi.app import init_plugins
-from fastapi import FastAPI
 
 from raylift.bench.report import report_url, write_report
 from raylift.config import REPORTS_URL_PREFIX
 from raylift.deploy_state import run_key
 from raylift.operators.benchmark import BenchmarkReportLink
 from tests.bench.test_cost_gates_report import _level, _result
+from tests.fixtures.plugin_server import serve_airflow_plugins
 
 RUN_ID = "manual__2026-11-23T02:21:47.123456+00:00"
 
@@ -43,24 +38,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def server(runs: Path) -> Iterator[str]:
-    """uvicorn on 127.0.0.1 serving what Airflow's api-server mounts from plugins (its own ``init_plugins``)."""
-    parent = FastAPI()
-    init_plugins(parent)
-    assert [r.path for r in parent.routes if r.path == REPORTS_URL_PREFIX], "raylift plugin app not mounted"
-    sock = socket.create_server(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn.Config(parent, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
+    """What Airflow's api-server mounts from plugins, on 127.0.0.1."""
+    with serve_airflow_plugins() as (url, parent):
+        assert [r.path for r in parent.routes if r.path == REPORTS_URL_PREFIX], "raylift plugin app not mounted"
+        yield url
 
 
 def test_extra_link_points_at_the_report_page(server: str) -> None:

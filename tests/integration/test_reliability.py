@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -28,13 +27,12 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from raylift.bench.loadgen import LoadGenerator
 from raylift.bench.metrics import RequestRecord
 from raylift.bench.profiles import RequestProfile, generate_requests
 from tests.fixtures.local_stack import LocalStack, make_stack, stop_cluster, tiny_model_path
+from tests.fixtures.plugin_server import serve_airflow_plugins
 
 pytestmark = pytest.mark.integration
 
@@ -168,25 +166,10 @@ def xcom(stack: LocalStack, task_id: str, key: str) -> Any:
 # -- the benchmark report, through the extra link ------------------------------------------------------
 @pytest.fixture()
 def plugin_server(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Airflow's own plugin mounting (``init_plugins``) on 127.0.0.1 at the stack's api-server port."""
-    from airflow.api_fastapi.app import init_plugins
-
+    """Airflow's own plugin mounting on 127.0.0.1 at the stack's api-server port."""
     monkeypatch.setenv("RAYLIFT_HOME", str(stack.home))  # the reports app reads the stack's model store
-    parent = FastAPI()
-    init_plugins(parent)
-    sock = socket.create_server(("127.0.0.1", int(stack.env["AIRFLOW__API__PORT"])))
-    server = uvicorn.Server(uvicorn.Config(parent, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with serve_airflow_plugins(int(stack.env["AIRFLOW__API__PORT"])) as (url, _):
+        yield url
 
 
 def demo_summary(stack: LocalStack) -> str:
