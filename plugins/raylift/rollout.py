@@ -68,7 +68,7 @@ def restarts_replicas(old_app: dict[str, Any] | None, new_app: dict[str, Any]) -
             return True
         # Values inside num_replicas or autoscaling_config are lightweight, but switching between a fixed
         # count and autoscaling deploys a new version: Serve 2.60 logs "Stopping 1 replicas ... with
-        # outdated versions" and restarts them (measured under load in tests/integration/test_reliability).
+        # outdated versions" and restarts them (measured under load in tests/integration/test_local_pipeline).
         if bool(before.get("autoscaling_config")) != bool(dep.get("autoscaling_config")):
             return True
     return False
