@@ -124,9 +124,12 @@ def test_stream_without_done_is_a_truncated_error_record() -> None:
     """A proxy may end the body cleanly when the replica behind it died mid-stream: still an error."""
     def respond(conn: socket.socket) -> None:
         event = b'data: {"choices": [{"text": "a"}]}\n\n'
-        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+        # "connection: close", as this server closes after each response: without it the client may
+        # reuse the warm-up's connection before the FIN reaches it (a keep-alive race, 1 in ~100 runs)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                     b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
 
-    port, thread = _one_shot_server(respond, connections=2)
+    port, thread = _one_shot_server(respond, connections=2)  # the warm-up GET, then the request
 
     async def go() -> list:
         async with LoadGenerator(f"http://127.0.0.1:{port}", "m", api="completions") as gen:
