@@ -142,6 +142,9 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     nodes = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
     assert sum(n["state"] == "ALIVE" for n in nodes["data"]["result"]["result"]) == 2
     assert len(running_replicas(serve_details(stack))) == REPLICAS
+    # one proxy, on the head (a worker's proxy would be drained when its node loses its last replica)
+    serve = httpx.get(f"{stack.dashboard_url}/api/serve/applications/", timeout=10).json()
+    assert serve["proxy_location"] == "HeadOnly", serve["proxy_location"]
 
 
 # -- 1. the good run's benchmark report, through the extra link -------------------------------------

@@ -120,6 +120,8 @@ class ServeDeployOperator(TargetOperator):
         defaults = dict(self._base)
         if (http := target.serve_http_options()) is not None:
             defaults["http_options"] = http
+        if (proxy_location := target.serve_proxy_location()) is not None:
+            defaults["proxy_location"] = proxy_location
         config = merge_app(current, app, defaults=defaults)
         run_id = context["run_id"]
         self.state_for(str(self.app_name)).save_pre_deploy(run_id, current)

@@ -155,6 +155,11 @@ class Target(ABC):
         """Where Serve's HTTP proxy listens, when the target decides it (None: keep the config's)."""
         return None
 
+    def serve_proxy_location(self) -> str | None:
+        """Serve's ``proxy_location`` for a cluster's first config, when the target decides it
+        (None: the app config's)."""
+        return None
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
         """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM
         runtime rely on Serve reporting DEPLOY_FAILED (and the deploy rolling back) instead."""

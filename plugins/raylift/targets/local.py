@@ -80,6 +80,12 @@ class LocalTarget(Target):
     def serve_http_options(self) -> dict[str, Any]:
         return {"host": self.settings.bind_host, "port": self.settings.serve_port}
 
+    def serve_proxy_location(self) -> str:
+        """One proxy, on the head: every node here shares 127.0.0.1 and the endpoint is the head's
+        port. With EveryNode, Serve drains the proxy of a node that loses its last replica, and a
+        replica-count change then reset a streaming client's connection (1 of 280 under load)."""
+        return "HeadOnly"
+
     def endpoint_url(self) -> str:
         return self.settings.serve_url
 
