@@ -107,7 +107,7 @@ def _deploy(target: object, model: Path, name: str, *, app_args: dict, env_vars:
     base = app_template()
     app = render_app(base, app_name="llm", working_dir=artifact.working_dir, env_vars=env_vars,
                      args={"model": staged.uri, "served_model_name": name, **app_args})
-    defaults = {**base, "http_options": target.serve_http_options()}
+    defaults = {**base, **target.serve_cluster_options()}
     target.apply_serve_config(merge_app(current, app, defaults=defaults))
     status = wait_running(target.dashboard, "llm", timeout_s=600)
     if status.get("status") != "RUNNING":

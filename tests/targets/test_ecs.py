@@ -232,8 +232,9 @@ def test_both_spellings_of_an_option_must_agree() -> None:
 
 
 def test_serve_binds_where_the_target_says() -> None:
-    assert target().serve_http_options() == {"host": "0.0.0.0", "port": 8000}  # reachable from the VPC
-    assert target(serve_host="127.0.0.1", serve_port=9000).serve_http_options() == {"host": "127.0.0.1", "port": 9000}
+    assert target().serve_cluster_options() == {"http_options": {"host": "0.0.0.0", "port": 8000}}  # from the VPC
+    assert target(serve_host="127.0.0.1", serve_port=9000).serve_cluster_options() == {
+        "http_options": {"host": "127.0.0.1", "port": 9000}}
 
 
 def test_deploy_trigger_counts_from_the_submission_not_from_its_own_creation(

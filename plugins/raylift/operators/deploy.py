@@ -117,11 +117,7 @@ class ServeDeployOperator(TargetOperator):
         self.check_fit(app, current)
         if app_kind(app).vllm:
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
-        defaults = dict(self._base)
-        if (http := target.serve_http_options()) is not None:
-            defaults["http_options"] = http
-        if (proxy_location := target.serve_proxy_location()) is not None:
-            defaults["proxy_location"] = proxy_location
+        defaults = {**self._base, **target.serve_cluster_options()}
         config = merge_app(current, app, defaults=defaults)
         run_id = context["run_id"]
         self.state_for(str(self.app_name)).save_pre_deploy(run_id, current)

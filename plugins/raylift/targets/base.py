@@ -151,14 +151,10 @@ class Target(ABC):
         """Scale to zero and stop what ``scale`` started. Idempotent."""
 
     # -- shared, overridable ---------------------------------------------------------------------
-    def serve_http_options(self) -> dict[str, Any] | None:
-        """Where Serve's HTTP proxy listens, when the target decides it (None: keep the config's)."""
-        return None
-
-    def serve_proxy_location(self) -> str | None:
-        """Serve's ``proxy_location`` for a cluster's first config, when the target decides it
-        (None: the app config's)."""
-        return None
+    def serve_cluster_options(self) -> dict[str, Any]:
+        """Serve's cluster-wide options (``http_options``, ``proxy_location``) this target decides
+        for a cluster's first config; what it leaves out comes from the app's config file."""
+        return {}
 
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
         """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM

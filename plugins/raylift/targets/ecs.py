@@ -186,9 +186,9 @@ class EcsTarget(AwsTarget):
             timeout_s=timeout_s,
         )
 
-    def serve_http_options(self) -> dict[str, Any]:
+    def serve_cluster_options(self) -> dict[str, Any]:
         """Serve's proxy on the head: reachable from the VPC (``serve_host``) on ``serve_port``."""
-        return {"host": self.serve_host, "port": self.serve_port}
+        return {"http_options": {"host": self.serve_host, "port": self.serve_port}}
 
     def endpoint_url(self) -> str:
         return (self.endpoint or f"http://{self.head_host()}:{self.serve_port}").rstrip("/")

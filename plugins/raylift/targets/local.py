@@ -77,14 +77,15 @@ class LocalTarget(Target):
             timeout_s=timeout_s,
         )
 
-    def serve_http_options(self) -> dict[str, Any]:
-        return {"host": self.settings.bind_host, "port": self.settings.serve_port}
-
-    def serve_proxy_location(self) -> str:
-        """One proxy, on the head: every node here shares 127.0.0.1 and the endpoint is the head's
-        port. With EveryNode, Serve drains the proxy of a node that loses its last replica, and a
-        replica-count change then reset a streaming client's connection (1 of 280 under load)."""
-        return "HeadOnly"
+    def serve_cluster_options(self) -> dict[str, Any]:
+        """The proxy on 127.0.0.1 at the configured port, and only on the head: every node here shares
+        127.0.0.1 and the endpoint is the head's port. With EveryNode, Serve drains the proxy of a node
+        that loses its last replica, and a replica-count change then reset a streaming client's
+        connection (1 of 280 under load)."""
+        return {
+            "http_options": {"host": self.settings.bind_host, "port": self.settings.serve_port},
+            "proxy_location": "HeadOnly",
+        }
 
     def endpoint_url(self) -> str:
         return self.settings.serve_url
