@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from raylift.serve_config import config_hash
+from raylift.serve_config import app_by_name, config_hash
 from raylift.store import ObjectStore
 
 _RUN_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -44,6 +44,8 @@ class DeploymentState:
                 "run_id": run_id,
                 "config": config,
                 "config_hash": config_hash(config),
+                # what the app's replicas load: a content-addressed store folder (raylift.staging.stage)
+                "model": ((app_by_name(config, self.app) or {}).get("args") or {}).get("model"),
                 "benchmark": benchmark,
                 "recorded_at": datetime.now(timezone.utc).isoformat(),
             },

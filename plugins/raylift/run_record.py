@@ -41,6 +41,7 @@ def build_record(
                 "revision": model.get("revision"),
                 "uri": model.get("uri"),
                 "manifest_uri": model.get("manifest_uri"),
+                "digest": model.get("digest"),
                 "files": model.get("files"),
             },
             "serve_config": config,

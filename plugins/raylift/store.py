@@ -8,13 +8,23 @@ Keys are validated: nothing may escape the store's root (no ``..``, no absolute 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import shutil
+import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Iterator
 
-from raylift.errors import UnsafePathError
+from raylift.errors import StagingError, UnsafePathError
+
+TMP_MARK = ".raylift-tmp-"  # in every temporary name: never listed, never a model file
+
+
+def _tmp_name(dest: Path) -> Path:
+    """A temporary name beside ``dest`` unique to this write (process + random), so two writers never
+    share one; it does not end in a weight suffix, so an engine globbing ``*.safetensors`` skips it."""
+    return dest.with_name(f".{dest.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def safe_key(key: str) -> str:
@@ -42,7 +52,22 @@ class ObjectStore(ABC):
     def write_bytes(self, key: str, data: bytes) -> None: ...
 
     @abstractmethod
-    def upload_file(self, key: str, path: Path) -> None: ...
+    def upload_file(self, key: str, path: Path, *, sha256: str | None = None) -> None:
+        """Copy ``path`` to ``key``; with ``sha256``, refuse (StagingError) a copy whose bytes differ."""
+
+    def download_file(self, key: str, path: Path) -> None:
+        """Stream ``key`` into the local file ``path`` (written under a temporary name, then renamed)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_name(path)
+        try:
+            tmp.write_bytes(self.read_bytes(key))
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (used to drop files that are not part of a staged model)."""
+        raise NotImplementedError
 
     @abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:
@@ -86,23 +111,50 @@ class LocalStore(ObjectStore):
     def write_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)  # atomic: a reader never sees half a file
+        tmp = _tmp_name(path)
+        try:
+            tmp.write_bytes(data)
+            tmp.replace(path)  # atomic: a reader never sees half a file
+        finally:
+            tmp.unlink(missing_ok=True)
 
-    def upload_file(self, key: str, path: Path) -> None:
+    def upload_file(self, key: str, path: Path, *, sha256: str | None = None) -> None:
+        """Copy under a temporary name unique to this writer, re-hash the copy when ``sha256`` is given,
+        and only then rename it into place: a reader sees the old file or the verified new one."""
+        from raylift.staging.manifest import sha256_file
+
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.copyfile(path, tmp)
-        tmp.replace(dest)
+        tmp = _tmp_name(dest)
+        try:
+            shutil.copyfile(path, tmp)
+            if sha256 is not None and (got := sha256_file(tmp)) != sha256:
+                raise StagingError(
+                    f"The copy of {path} has sha256 {got[:12]}…, not the {sha256[:12]}… it was staged as: the source "
+                    "changed while it was being staged. Stage again once it is complete."
+                )
+            tmp.replace(dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def download_file(self, key: str, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_name(path)
+        try:
+            shutil.copyfile(self._path(key), tmp)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
     def list(self, prefix: str = "") -> Iterator[str]:
         base = self._path(prefix) if prefix else self.root
         if not base.exists():
             return
         for p in sorted(base.rglob("*")):
-            if p.is_file() and not p.name.endswith(".tmp"):
+            if p.is_file() and TMP_MARK not in p.name and not p.name.endswith(".tmp"):
                 yield p.relative_to(self.root).as_posix()
 
 
@@ -133,11 +185,38 @@ class S3Store(ObjectStore):
     def write_bytes(self, key: str, data: bytes) -> None:
         self.hook.load_bytes(data, key=self._key(key), bucket_name=self.bucket, replace=True)
 
-    def upload_file(self, key: str, path: Path) -> None:
+    def upload_file(self, key: str, path: Path, *, sha256: str | None = None) -> None:
+        """Upload; with ``sha256``, S3 itself checks the bytes it received (ChecksumSHA256)."""
+        extra: dict[str, Any] = {}
+        if sha256 is not None:
+            import base64
+
+            extra = {"ChecksumSHA256": base64.b64encode(bytes.fromhex(sha256)).decode()}
+            with path.open("rb") as body:
+                try:
+                    self.hook.get_conn().put_object(Bucket=self.bucket, Key=self._key(key), Body=body, **extra)
+                except Exception as exc:  # botocore's BadDigest and friends
+                    raise StagingError(f"Uploading {path} to {self.child_uri(key)} failed: {exc}") from exc
+            return
         self.hook.load_file(str(path), key=self._key(key), bucket_name=self.bucket, replace=True)
 
+    def download_file(self, key: str, path: Path) -> None:
+        """Streamed to disk by boto3's transfer manager (never the whole object in memory)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_name(path)
+        try:
+            self.hook.get_conn().download_file(self.bucket, self._key(key), str(tmp))
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        self.hook.delete_objects(bucket=self.bucket, keys=[self._key(key)])
+
     def list(self, prefix: str = "") -> Iterator[str]:
-        full = self._key(prefix) if prefix else self.prefix
+        # Always a folder: with a trailing "/", s3://b/models/tiny never lists models/tiny-llama/...
+        full = (self._key(prefix) if prefix else self.prefix).rstrip("/")
+        full = f"{full}/" if full else ""
         strip = len(self.prefix) + 1 if self.prefix else 0
         for key in self.hook.list_keys(bucket_name=self.bucket, prefix=full) or []:
             yield key[strip:]

@@ -32,7 +32,7 @@ ml = load_module()
 
 @pytest.fixture()
 def staged(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A small model staged by raylift itself: s3://raylift-models/models/tiny/main (+ manifest)."""
+    """A small model staged by raylift itself: s3://raylift-models/models/tiny/main/sha256-<digest> (+ manifest)."""
     monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
     monkeypatch.setenv(ml.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv("HF_HOME", raising=False)
@@ -56,7 +56,7 @@ def test_local_paths_and_hub_ids_pass_through() -> None:
 
 def test_s3_model_is_downloaded_verified_and_reused(staged: str, tmp_path: Path) -> None:
     folder = Path(ml.resolve_model(staged))
-    assert folder == tmp_path / "cache" / BUCKET / "models/tiny/main"
+    assert folder == tmp_path / "cache" / BUCKET / staged.removeprefix(f"s3://{BUCKET}/")
     assert (folder / "sub/tokenizer.json").read_text() == "{}"
     assert len((folder / "model.safetensors").read_bytes()) == 3000
     mtime = (folder / "model.safetensors").stat().st_mtime_ns
@@ -70,14 +70,14 @@ def test_s3_model_is_downloaded_verified_and_reused(staged: str, tmp_path: Path)
 
 
 def test_object_that_differs_from_the_manifest_is_refused(staged: str) -> None:
-    boto3.client("s3").put_object(Bucket=BUCKET, Key="models/tiny/main/config.json", Body=b'{"model_type": "gpt2"}')
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=f"{staged.removeprefix(f's3://{BUCKET}/')}/config.json", Body=b'{"model_type": "gpt2"}')
     with pytest.raises(ml.ModelLocationError, match="config.json does not match raylift's manifest"):
         ml.resolve_model(staged)
 
 
 def test_manifest_paths_that_escape_the_prefix_are_refused(staged: str) -> None:
     s3 = boto3.client("s3")
-    key = "models/tiny/main/raylift-manifest.json"
+    key = f"{staged.removeprefix(f's3://{BUCKET}/')}/raylift-manifest.json"
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
     manifest["files"]["../../other/secret"] = {"size": 1, "sha256": "0" * 64}
     s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(manifest).encode())
@@ -87,7 +87,7 @@ def test_manifest_paths_that_escape_the_prefix_are_refused(staged: str) -> None:
 
 def test_incomplete_staging_is_refused(staged: str) -> None:
     s3 = boto3.client("s3")
-    key = "models/tiny/main/raylift-manifest.json"
+    key = f"{staged.removeprefix(f's3://{BUCKET}/')}/raylift-manifest.json"
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()) | {"complete": False}
     s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(manifest).encode())
     with pytest.raises(ml.ModelLocationError, match="did not finish"):
@@ -103,10 +103,10 @@ def test_mounted_copy_is_used_without_downloading(staged: str, tmp_path: Path, m
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read())
     monkeypatch.setenv("HF_HOME", str(mount))
-    assert ml.resolve_model(staged) == str(mount / "tiny/main")
+    assert ml.resolve_model(staged) == str(mount / staged.removeprefix(f"s3://{BUCKET}/models/"))
     assert not (tmp_path / "cache").exists()
-    (mount / "tiny/main/model.safetensors").write_bytes(b"short")  # a copy that is not the staged one
-    assert ml.resolve_model(staged) == str(tmp_path / "cache" / BUCKET / "models/tiny/main")
+    (mount / staged.removeprefix(f"s3://{BUCKET}/models/") / "model.safetensors").write_bytes(b"short")  # a copy that is not the staged one
+    assert ml.resolve_model(staged) == str(tmp_path / "cache" / BUCKET / staged.removeprefix(f"s3://{BUCKET}/"))
 
 
 def test_unreadable_bucket_names_the_fix(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

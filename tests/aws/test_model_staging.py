@@ -43,15 +43,16 @@ def test_stage_uploads_multipart_with_storage_class_and_manifest(bucket: str, tm
     staged = stage_model_to_s3(
         source=str(src), model_id="org/tiny", revision="r1", destination=dest, cache_dir=tmp_path / "c", settings=SMALL
     )
-    assert staged.uri == "s3://models/models/org--tiny/r1"
+    assert staged.uri == f"s3://models/models/org--tiny/r1/sha256-{staged.digest[:16]}"
+    prefix = staged.uri.removeprefix("s3://models/")
     assert staged.copied_files == 4 and staged.skipped_files == 0
-    head = s3().head_object(Bucket=bucket, Key="models/org--tiny/r1/model-00002.safetensors")
+    head = s3().head_object(Bucket=bucket, Key=f"{prefix}/model-00002.safetensors")
     assert head["ContentLength"] == 11 * MiB
     assert head["ETag"].strip('"').endswith("-3")  # 11 MiB in 5 MiB parts: a multipart upload
     assert head["StorageClass"] == "INTELLIGENT_TIERING"
     assert head["Metadata"]["sha256"] == staged.files["model-00002.safetensors"]["sha256"]
     manifest = json.loads(
-        s3().get_object(Bucket=bucket, Key="models/org--tiny/r1/raylift-manifest.json")["Body"].read()
+        s3().get_object(Bucket=bucket, Key=f"{prefix}/raylift-manifest.json")["Body"].read()
     )
     assert manifest["complete"] is True and set(manifest["files"]) == set(staged.files)
 
@@ -64,14 +65,15 @@ def test_stage_uploads_multipart_with_storage_class_and_manifest(bucket: str, tm
 def test_rerun_reuploads_what_changed_in_s3(bucket: str, tmp_path: Path) -> None:
     src = make_model(tmp_path / "src")
     dest = S3Destination(bucket, "models")
-    stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
-    s3().put_object(Bucket=bucket, Key="models/m/r/tokenizer.json", Body=b"tampered!")
+    first = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
+    prefix = first.uri.removeprefix(f"s3://{bucket}/")
+    s3().put_object(Bucket=bucket, Key=f"{prefix}/tokenizer.json", Body=b"tampered!")
     uploader = S3Uploader(bucket)
     with pytest.raises(StagingError, match="tokenizer.json: size 9 != 2"):
-        uploader.verify({"models/m/r/tokenizer.json": {"size": 2, "sha256": "x"}})
+        uploader.verify({f"{prefix}/tokenizer.json": {"size": 2, "sha256": "x"}})
     again = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
     assert (again.copied_files, again.skipped_files) == (1, 3)
-    assert s3().get_object(Bucket=bucket, Key="models/m/r/tokenizer.json")["Body"].read() == b"{}"
+    assert s3().get_object(Bucket=bucket, Key=f"{prefix}/tokenizer.json")["Body"].read() == b"{}"
 
 
 def test_interrupted_run_resumes_without_reuploading(bucket: str, s3_proxy: Proxy, tmp_path: Path) -> None:
@@ -79,11 +81,12 @@ def test_interrupted_run_resumes_without_reuploading(bucket: str, s3_proxy: Prox
     dest = S3Destination(bucket, "models")
     # One file is refused: the run fails naming it; the files uploaded beside it are recorded as done.
     s3_proxy.rule = lambda method, path: (
-        s3_error(403, "AccessDenied", "denied") if method == "PUT" and path.startswith("/models/models/m/r/model-00002") else None
+        s3_error(403, "AccessDenied", "denied") if method == "PUT" and path.startswith("/models/models/m/r/sha256-") and "/model-00002" in path else None
     )
     with pytest.raises(StagingError, match="model-00002.safetensors .*failed after retries"):
         stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
-    partial = json.loads(s3().get_object(Bucket=bucket, Key="models/m/r/raylift-manifest.json")["Body"].read())
+    (folder,) = {k["Key"].rsplit("/", 1)[0] for k in s3().list_objects_v2(Bucket=bucket, Prefix="models/m/r/")["Contents"]}
+    partial = json.loads(s3().get_object(Bucket=bucket, Key=f"{folder}/raylift-manifest.json")["Body"].read())
     assert partial["complete"] is False and "model-00002.safetensors" not in partial["files"]
     assert partial["files"], "the files that finished are in the progress manifest"
     s3_proxy.rule = None
@@ -92,7 +95,7 @@ def test_interrupted_run_resumes_without_reuploading(bucket: str, s3_proxy: Prox
     unfinished = sorted(set(resumed.files) - set(partial["files"]))
     assert (resumed.copied_files, resumed.skipped_files) == (len(unfinished), 4 - len(unfinished))
     data_puts = sorted(p for m, p, _ in s3_proxy.seen if m == "PUT" and "manifest" not in p)
-    assert data_puts == [f"/models/models/m/r/{rel}" for rel in unfinished]  # nothing finished is sent again
+    assert data_puts == [f"/models/{folder}/{rel}" for rel in unfinished]  # nothing finished is sent again
 
 
 def test_unchanged_model_is_checked_without_reading_it(bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,10 +111,11 @@ def test_unchanged_model_is_checked_without_reading_it(bucket: str, tmp_path: Pa
         patched.setattr(staging, "sha256_file", no_reading)
         again = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
     assert (again.copied_files, again.skipped_files, again.files) == (0, 4, first.files)
-    (src / "tokenizer.json").write_text('{"changed": 1}')  # a new mtime and size: hashed and uploaded again
+    (src / "tokenizer.json").write_text('{"changed": 1}')  # a new mtime and size: hashed again: new content,
     changed = stage_model_to_s3(source=str(src), model_id="m", revision="r", destination=dest, cache_dir=tmp_path / "c")
-    assert (changed.copied_files, changed.skipped_files) == (1, 3)
-    assert s3().get_object(Bucket=bucket, Key="models/m/r/tokenizer.json")["Body"].read() == b'{"changed": 1}'
+    assert changed.uri != first.uri and (changed.copied_files, changed.skipped_files) == (4, 0)  # new folder
+    key = f"{changed.uri.removeprefix(f's3://{bucket}/')}/tokenizer.json"
+    assert s3().get_object(Bucket=bucket, Key=key)["Body"].read() == b'{"changed": 1}'
 
 
 def test_throttling_is_retried(bucket: str, s3_proxy: Proxy, tmp_path: Path) -> None:
@@ -130,7 +134,8 @@ def test_throttling_is_retried(bucket: str, s3_proxy: Proxy, tmp_path: Path) -> 
     )
     assert len(throttled) == 2
     assert staged.copied_files == 4
-    assert s3().head_object(Bucket=bucket, Key="models/m/r/model-00001.safetensors")["ContentLength"] == 64 * 1024
+    key = f"{staged.uri.removeprefix(f's3://{bucket}/')}/model-00001.safetensors"
+    assert s3().head_object(Bucket=bucket, Key=key)["ContentLength"] == 64 * 1024
 
 
 def test_missing_bucket_is_a_clear_error(aws: str, tmp_path: Path) -> None:

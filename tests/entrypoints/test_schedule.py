@@ -79,7 +79,7 @@ def _stage_and_check_the_redeploy(airflow: AirflowServer, deployed: dict[str, An
         return next((e for e in resp.json()["asset_events"] if e["created_dagruns"]), None)
 
     event = airflow.wait_for("the asset event's raylift_redeploy run", event_with_run, timeout_s=60)
-    store_dir = airflow.stack.home / "model-store/test--tiny-llama/local"
+    (store_dir,) = (airflow.stack.home / "model-store/test--tiny-llama/local").glob("sha256-*")  # content folder
     assert event["uri"] == f"file://{store_dir}"
     assert event["extra"] == {
         "model_id": "test/tiny-llama",

@@ -303,8 +303,9 @@ def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud) -> No
     assert any({"latest", cloud.content_tag} <= set(i.get("imageTags", [])) for i in images), images
     assert client("codebuild", url).list_builds_for_project(projectName="raylift-ecs-ray-vllm")["ids"] == []
     # stage: the model and its manifest in S3
-    assert record["model"]["uri"] == "s3://raylift-ecs-models/models/test--tiny-llama/local"
-    manifest = s3_json(cloud, "raylift-ecs-models", "models/test--tiny-llama/local/raylift-manifest.json")
+    assert record["model"]["uri"].startswith("s3://raylift-ecs-models/models/test--tiny-llama/local/sha256-")
+    model_key = record["model"]["uri"].removeprefix("s3://raylift-ecs-models/")
+    manifest = s3_json(cloud, "raylift-ecs-models", f"{model_key}/raylift-manifest.json")
     assert manifest["complete"] is True and "model.safetensors" in manifest["files"]
     # scale: the head service asked for one task, the workers for none
     services = client("ecs", url).describe_services(cluster="raylift", services=["raylift-head", "raylift-worker"])
@@ -318,7 +319,7 @@ def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud) -> No
     assert record["smoke"]["chat"]["usage"]["completion_tokens"] > 0
     assert record["benchmark"]["overall"]["errors"] == 0 and record["benchmark"]["overall"]["output_tokens"] > 0
     # the replica pulled the model into its node-local cache, verified
-    cached = Path(cloud.stack.env["RAYLIFT_MODEL_CACHE"]) / "raylift-ecs-models/models/test--tiny-llama/local"
+    cached = Path(cloud.stack.env["RAYLIFT_MODEL_CACHE"]) / "raylift-ecs-models" / model_key
     assert (cached / "model.safetensors").stat().st_size == manifest["files"]["model.safetensors"]["size"]
     assert chat(cloud.serve_url, "tiny-ecs").status_code == 200
 
@@ -348,7 +349,7 @@ def test_eks_deploy_builds_in_codebuild_and_applies_a_rayservice(cloud: Cloud) -
     assert head["containers"][0]["image"] == record["artifact"]["image"] and head["serviceAccountName"] == "ray"
     serve_config = yaml.safe_load(spec["serveConfigV2"])
     app_config = serve_config["applications"][0]
-    assert app_config["args"]["model"] == "s3://raylift-eks-models/models/test--tiny-llama/local"
+    assert app_config["args"]["model"].startswith("s3://raylift-eks-models/models/test--tiny-llama/local/sha256-")
     assert app_config["runtime_env"]["working_dir"].startswith("s3://raylift-eks-models/artifacts/")
     assert "port" not in (serve_config.get("http_options") or {})  # KubeRay owns it
     # the "operator" submitted exactly that config; the RayService reports Ready with the app RUNNING

@@ -27,7 +27,7 @@ def test_stage_copies_files_and_writes_manifest(tmp_path: Path) -> None:
     staged = stage_model(str(src), store, model_id="org/tiny", cache_dir=tmp_path / "cache")
     assert staged.copied_files == 3 and staged.skipped_files == 0
     dest = Path(staged.uri)
-    assert dest == tmp_path / "store" / "org--tiny" / "local"
+    assert dest == tmp_path / "store" / "org--tiny" / "local" / f"sha256-{staged.digest[:16]}"
     assert (dest / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
     manifest = json.loads((dest / MANIFEST_NAME).read_text())
     assert manifest["complete"] is True
@@ -42,7 +42,9 @@ def test_restage_skips_unchanged_and_recopies_changed(tmp_path: Path) -> None:
     assert (again.copied_files, again.skipped_files) == (0, 3)
     (src / "model.safetensors").write_bytes(b"\x01" * 2048)
     changed = stage_model(str(src), store, model_id="m", cache_dir=tmp_path / "c")
-    assert (changed.copied_files, changed.skipped_files, changed.copied_bytes) == (1, 2, 2048)
+    # new content, new folder: everything is copied there, the first folder is left as it was
+    assert (changed.copied_files, changed.skipped_files, changed.copied_bytes) == (3, 0, 2048 + 25)
+    assert changed.uri != again.uri and (Path(again.uri) / "model.safetensors").read_bytes() == b"\x00" * 1024
 
 
 def test_missing_store_file_is_copied_again(tmp_path: Path) -> None:

@@ -187,8 +187,8 @@ def test_stage_model_goes_to_the_model_prefix(infra: None, tmp_path: Path, monke
     (src / "config.json").write_text("{}")
     (src / "model.safetensors").write_bytes(b"\0" * 1024)
     staged = target(storage_class="STANDARD_IA").stage_model(source=str(src), model_id="tiny", revision="main")
-    assert staged.uri == f"s3://{BUCKET}/models/tiny/main"
-    head = boto3.client("s3").head_object(Bucket=BUCKET, Key="models/tiny/main/model.safetensors")
+    assert staged.uri == f"s3://{BUCKET}/models/tiny/main/sha256-{staged.digest[:16]}"
+    head = boto3.client("s3").head_object(Bucket=BUCKET, Key=f"models/tiny/main/sha256-{staged.digest[:16]}/model.safetensors")
     assert head["StorageClass"] == "STANDARD_IA"
 
 

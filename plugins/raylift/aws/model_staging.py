@@ -22,9 +22,9 @@ from raylift.aws.identity import caller_identity, check_bucket
 from raylift.aws.s3_transfer import S3Uploader, TransferSettings, UploadJob
 from raylift.aws.tarball import fetch_tarball, is_tarball_url
 from raylift.errors import ModelSourceError, StagingError
-from raylift.staging.manifest import MANIFEST_NAME, Manifest, sha256_file
-from raylift.staging.sources import HUB_REPO_RE, resolve_source
-from raylift.staging.stage import model_key
+from raylift.staging.manifest import MANIFEST_NAME, Manifest, content_digest, sha256_file
+from raylift.staging.sources import HUB_REPO_RE, hub_token_from_connection, resolve_source
+from raylift.staging.stage import content_key
 from raylift.store import safe_key
 from raylift.targets.base import StagedModel
 
@@ -55,9 +55,7 @@ def _is_hub(source: str) -> bool:
 
 def hub_token(hf_conn_id: str) -> str | None:
     """The hub token kept in an Airflow connection's password (never logged, never returned to XCom)."""
-    from airflow.sdk import BaseHook
-
-    return BaseHook.get_connection(hf_conn_id).password or None
+    return hub_token_from_connection(hf_conn_id)
 
 
 def resolve(
@@ -213,17 +211,21 @@ def stage_model_to_s3(
 def _stage(
     destination: S3Destination, uploader: S3Uploader, hashes: HashCache, folder: Path, model_id: str, revision: str
 ) -> StagedModel:
-    prefix = model_key(model_id, revision)  # the model's folder in the model store
+    files = model_files(folder)
+    if not files:
+        raise ModelSourceError(f"Model folder {folder} holds no files to stage.")
+    # Hash first (threads; a stat-keyed cache skips unchanged files): the content digest names the folder,
+    # so other weights under the same model_id and revision never overwrite what replicas load.
+    with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="sha256") as pool:
+        hashed = dict(zip(files, pool.map(hashes.entry, files.values())))
+    digest = content_digest(hashed)
+    prefix = content_key(model_id, revision, digest)  # the model's folder in the model store
     root = destination.uri.removeprefix(f"s3://{destination.bucket}").strip("/")
     prefix_key = f"{root}/{prefix}" if root else prefix  # ... as an object key
     manifest_key = f"{prefix_key}/{MANIFEST_NAME}"
 
     def full_key(rel: str) -> str:
         return f"{prefix_key}/{rel}"
-
-    files = model_files(folder)
-    if not files:
-        raise ModelSourceError(f"Model folder {folder} holds no files to stage.")
 
     def result(manifest: Manifest, copied: list[str]) -> StagedModel:
         return StagedModel(
@@ -235,6 +237,7 @@ def _stage(
             copied_files=len(copied),
             skipped_files=len(files) - len(copied),
             copied_bytes=sum(int(manifest.files[rel]["size"]) for rel in copied),
+            digest=digest,
         )
 
     # Unchanged since the last run (stat) and complete in S3: check the objects are there and stop.
@@ -267,17 +270,21 @@ def _stage(
             last_write[0] = time.monotonic()
 
     def jobs() -> Iterator[UploadJob]:
-        # hashing runs in threads (hashlib releases the GIL) while earlier files upload
-        with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="sha256") as pool:
-            entries = [(rel, pool.submit(hashes.entry, files[rel])) for rel in order]
-            for rel, future in entries:
-                entry = manifest.files[rel] = future.result()
-                if previous.files.get(rel) == entry:
-                    done[rel] = entry
-                    continue
-                yield UploadJob(files[rel], full_key(rel), entry["sha256"], rel)
+        for rel in order:
+            entry = manifest.files[rel] = hashed[rel]
+            if previous.files.get(rel) == entry:
+                done[rel] = entry
+                continue
+            # the uploader sends the sha256 hashed above: S3 refuses bytes that changed since
+            yield UploadJob(files[rel], full_key(rel), entry["sha256"], rel)
 
     def finished(job: UploadJob) -> None:
+        # the bytes sent are the ones hashed only if the file is unchanged (size, mtime, inode) since
+        if hashes.known(job.path) != hashed[job.rel]:
+            raise StagingError(
+                f"{job.path} changed while it was being staged (its object may not match sha256 "
+                f"{hashed[job.rel]['sha256'][:12]}…): stage again once it is complete."
+            )
         copied.append(job.rel)
         record(job.rel)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,16 @@ def file_entry(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def content_digest(files: dict[str, dict[str, Any]]) -> str:
+    """sha256 over every file's path, size and sha256: the model's identity, whatever it is called.
+
+    It names the model's folder in the store (``<model>/<revision>/sha256-<digest[:16]>``), so different
+    weights always land in a new folder, which changes the Serve app's args and restarts its replicas.
+    """
+    canonical = {rel: {"sha256": e["sha256"], "size": int(e["size"])} for rel, e in sorted(files.items())}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 @dataclass
 class Manifest:
     """What a staged model folder holds; stored beside the files as ``raylift-manifest.json``."""
@@ -32,8 +43,15 @@ class Manifest:
     source: str
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    @property
+    def digest(self) -> str:
+        return content_digest(self.files)
+
     def to_json(self) -> dict[str, Any]:
-        return {"model_id": self.model_id, "revision": self.revision, "source": self.source, "files": self.files}
+        return {
+            "model_id": self.model_id, "revision": self.revision, "source": self.source, "files": self.files,
+            "digest": self.digest,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:

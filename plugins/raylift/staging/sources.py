@@ -3,6 +3,9 @@
 Supported: a local path or ``file://`` URI; ``s3://bucket/prefix`` (through S3Hook); a hub repo id
 (``org/name``, through ``huggingface_hub``, honouring ``HF_ENDPOINT``; ``hf://org/name`` also works).
 Each source is checked for something vLLM can load (a config.json and weights) before anything is copied.
+
+Hub downloads use the token given (an Airflow connection's password), else the hub client's own
+(``HF_TOKEN``, a cached login); they skip duplicate weight formats by default (see ``hub_ignore_patterns``).
 """
 
 from __future__ import annotations
@@ -51,32 +54,80 @@ def check_model_dir(path: Path, source: str) -> None:
 
 
 def _from_s3(uri: str, cache_dir: Path, aws_conn_id: str | None) -> ResolvedSource:
-    from raylift.store import S3Store
+    """The objects under ``uri/`` (a folder: ``models/tiny`` never pulls ``models/tiny-llama/…``),
+    streamed to a cache folder that ends up holding exactly them."""
+    from raylift.store import TMP_MARK, S3Store
 
     store = S3Store(uri, aws_conn_id=aws_conn_id)
-    keys = list(store.list())
+    keys = [safe_key(k) for k in store.list()]
     if not keys:
         raise ModelSourceError(f"Model source {uri!r} holds no objects: check the bucket and prefix.")
     dest = cache_dir / "s3" / safe_key(uri[5:].strip("/"))
     for key in keys:
-        target = dest / safe_key(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(store.read_bytes(key))
+        store.download_file(key, dest / key)
+    for stale in [p for p in dest.rglob("*") if p.is_file() and p.relative_to(dest).as_posix() not in keys]:
+        if TMP_MARK not in stale.name:
+            stale.unlink()  # an object deleted from the source since the last run
     return ResolvedSource(dest, "s3", "s3")
 
 
-def _from_hub(repo_id: str, revision: str | None, cache_dir: Path, token: str | None) -> ResolvedSource:
-    from huggingface_hub import snapshot_download
+# Weight formats a vLLM deploy never loads when the repo also has safetensors: the PyTorch/TF/Flax/ONNX
+# twins, Meta's original/ checkpoints, and GGUF quantisations (each a full copy of the model).
+DUPLICATE_WEIGHT_PATTERNS = (
+    "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.ot", "*.onnx", "*.onnx_data", "*.gguf",
+    "original/*", "onnx/*", "openvino/*",
+)
+
+
+def hub_ignore_patterns(files: list[str]) -> list[str]:
+    """The default filter: with ``*.safetensors`` in the repo, skip every other weight format; with
+    PyTorch ``*.bin`` but no safetensors, skip the rest; a GGUF-only repo is taken whole (pick one
+    quantisation with ``hub_allow_patterns``)."""
+    if any(f.endswith(".safetensors") for f in files):
+        return list(DUPLICATE_WEIGHT_PATTERNS)
+    if any(f.endswith(".bin") for f in files):
+        return [p for p in DUPLICATE_WEIGHT_PATTERNS if p not in ("*.bin",)]
+    return []
+
+
+def hub_token_from_connection(hf_conn_id: str | None) -> str | None:
+    """The hub token kept in an Airflow connection's password (never logged, never returned to XCom)."""
+    if not hf_conn_id:
+        return None
+    from airflow.sdk import BaseHook
+
+    return BaseHook.get_connection(hf_conn_id).password or None
+
+
+def _from_hub(
+    repo_id: str,
+    revision: str | None,
+    cache_dir: Path,
+    token: str | None,
+    allow_patterns: list[str] | None = None,
+    ignore_patterns: list[str] | None = None,
+) -> ResolvedSource:
+    from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
+    # HF_ENDPOINT is read per call (not at import), so a mirror set for one run is honoured. token=None
+    # lets the hub client use HF_TOKEN or a cached login (gated models); a given token wins.
+    endpoint = os.environ.get("HF_ENDPOINT") or None
     try:
-        # HF_ENDPOINT is read per call (not at import), so a mirror set for one run is honoured.
+        if ignore_patterns is None:
+            info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, token=token)
+            ignore_patterns = hub_ignore_patterns([s.rfilename for s in info.siblings or []])
+            if ignore_patterns:
+                log.info("hub download of %s skips duplicate weight formats: %s", repo_id, ignore_patterns)
+            revision = info.sha or revision  # the exact commit listed is the one downloaded
         path = snapshot_download(
             repo_id,
             revision=revision,
             cache_dir=str(cache_dir / "hub"),
-            token=token or False,
-            endpoint=os.environ.get("HF_ENDPOINT") or None,
+            token=token,
+            endpoint=endpoint,
+            allow_patterns=allow_patterns or None,
+            ignore_patterns=ignore_patterns or None,
         )
     except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
         raise ModelSourceError(
@@ -99,20 +150,25 @@ def resolve_source(
     cache_dir: Path,
     aws_conn_id: str | None = "aws_default",
     hf_token: str | None = None,
+    allow_patterns: list[str] | None = None,
+    ignore_patterns: list[str] | None = None,
 ) -> ResolvedSource:
-    """Map ``source`` to a local folder (downloading when remote) and check it holds a model."""
+    """Map ``source`` to a local folder (downloading when remote) and check it holds a model.
+
+    ``allow_patterns``/``ignore_patterns`` filter hub files (fnmatch, as ``huggingface_hub``); None
+    for ``ignore_patterns`` is the default that skips duplicate weight formats, [] takes everything."""
     source = source.strip()
     if not source:
         raise ModelSourceError("'model_source' is empty: give a local path, an s3:// prefix or a hub repo id.")
     if source.startswith("s3://"):
         resolved = _from_s3(source, cache_dir, aws_conn_id)
     elif source.startswith("hf://"):
-        resolved = _from_hub(source[5:], revision, cache_dir, hf_token)
+        resolved = _from_hub(source[5:], revision, cache_dir, hf_token, allow_patterns, ignore_patterns)
     elif source.startswith("file://") or source.startswith(("/", ".", "~")) or Path(source).exists():
         path = Path(source.removeprefix("file://")).expanduser().resolve()
         resolved = ResolvedSource(path, revision or "local", "local")
     elif HUB_REPO_RE.match(source):
-        resolved = _from_hub(source, revision, cache_dir, hf_token)
+        resolved = _from_hub(source, revision, cache_dir, hf_token, allow_patterns, ignore_patterns)
     else:
         raise ModelSourceError(
             f"Cannot tell what kind of model source {source!r} is: use an existing local path, "
