@@ -58,23 +58,3 @@ class BenchmarkMetricsHook(AwsBaseHook):
             self.conn.put_metric_data(Namespace=NAMESPACE, MetricData=data)
         self.log.info("Published %d benchmark metrics to CloudWatch %s for run %s", len(data), NAMESPACE, run_id)
         return [d["MetricName"] for d in data]
-
-    def read_benchmark(
-        self, *, model: str, target: str, run_id: str, start: datetime, end: datetime, period_s: int = 60
-    ) -> dict[str, list[float]]:
-        """GetMetricData for every benchmark metric of one run: name -> values (newest first)."""
-        dims = [{"Name": "Model", "Value": model}, {"Name": "Target", "Value": target}, {"Name": "RunId", "Value": run_id}]
-        queries = [
-            {
-                "Id": f"m{i}",
-                "Label": name,
-                "MetricStat": {
-                    "Metric": {"Namespace": NAMESPACE, "MetricName": name, "Dimensions": dims},
-                    "Period": period_s,
-                    "Stat": "Average",
-                },
-            }
-            for i, name in enumerate(BENCHMARK_METRICS)
-        ]
-        reply = self.conn.get_metric_data(MetricDataQueries=queries, StartTime=start, EndTime=end)
-        return {r["Label"]: list(r.get("Values", [])) for r in reply["MetricDataResults"] if r.get("Values")}

@@ -41,7 +41,6 @@ module "airflow_iam" {
   codebuild_project_arn    = module.image_pipeline.codebuild_project_arn
   ecr_repository_arn       = module.image_pipeline.repository_arn
   ecs_enabled              = true
-  ecs_cluster_arn          = module.ray.cluster_arn
   ecs_service_arns         = module.ray.service_arns
   cloudmap_namespace_name  = module.ray.cloudmap_namespace_name
   role_trusted_services    = var.airflow_trusted_services

@@ -1,4 +1,6 @@
-# Least privilege for the Airflow workers: exactly the calls raylift makes, each on its resource.
+# Least privilege for the Airflow workers: exactly the calls raylift makes, each on its resource
+# (tests/infra/test_iam_from_calls.py derives the needed actions from the calls the AWS tests record).
+# sts:GetCallerIdentity, which raylift calls first, needs no permission, so it is not granted.
 # Target-specific statements (ECS, EKS) appear only when the stack has that target.
 data "aws_region" "current" {}
 
@@ -6,17 +8,9 @@ locals {
   # Known at plan time (booleans), unlike the ARNs, so they can drive the dynamic statements.
   has_ecs = var.ecs_enabled
   has_eks = var.eks_enabled
-  # ECS task ARNs are arn:...:task/<cluster-name>/<task-id>; the cluster ARN ends in cluster/<name>.
-  ecs_task_arn_pattern = local.has_ecs ? "${replace(var.ecs_cluster_arn, ":cluster/", ":task/")}/*" : null
 }
 
 data "aws_iam_policy_document" "airflow" {
-  statement {
-    sid       = "WhoAmI"
-    actions   = ["sts:GetCallerIdentity"] # no resource-level permissions exist for this call
-    resources = ["*"]
-  }
-
   statement {
     sid       = "BuildImage"
     actions   = ["codebuild:StartBuild", "codebuild:BatchGetBuilds"]
@@ -24,8 +18,9 @@ data "aws_iam_policy_document" "airflow" {
   }
 
   statement {
-    sid       = "FindImage"
-    actions   = ["ecr:DescribeImages"]
+    sid = "FindAndRetagImage"
+    # the repository's URI, whether a content tag exists, and (ECS) the moving tag re-pointed at it
+    actions   = ["ecr:DescribeRepositories", "ecr:DescribeImages", "ecr:BatchGetImage", "ecr:PutImage"]
     resources = [var.ecr_repository_arn]
   }
 
@@ -69,29 +64,6 @@ data "aws_iam_policy_document" "airflow" {
       sid       = "ScaleRayServices"
       actions   = ["ecs:UpdateService", "ecs:DescribeServices"]
       resources = var.ecs_service_arns
-    }
-  }
-
-  dynamic "statement" {
-    for_each = local.has_ecs ? [1] : []
-    content {
-      sid       = "ListRayTasks"
-      actions   = ["ecs:ListTasks"] # authorised on container instances; pinned to the cluster by condition
-      resources = ["*"]
-      condition {
-        test     = "ArnEquals"
-        variable = "ecs:cluster"
-        values   = [var.ecs_cluster_arn]
-      }
-    }
-  }
-
-  dynamic "statement" {
-    for_each = local.has_ecs ? [1] : []
-    content {
-      sid       = "DescribeRayTasks"
-      actions   = ["ecs:DescribeTasks"]
-      resources = [local.ecs_task_arn_pattern]
     }
   }
 
@@ -154,6 +126,15 @@ data "aws_iam_policy_document" "airflow" {
       sid       = "ResizeNodegroups"
       actions   = ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"]
       resources = var.eks_nodegroup_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_eks ? [1] : []
+    content {
+      sid       = "GpusPerInstanceType"
+      actions   = ["ec2:DescribeInstanceTypes"] # describe call: no resource-level permissions exist
+      resources = ["*"]
     }
   }
 }

@@ -24,7 +24,7 @@ variable "ecr_repository_arn" {
 }
 
 variable "ecs_enabled" {
-  description = "Grant the ECS target's calls (set with ecs_cluster_arn, ecs_service_arns, cloudmap_namespace_name)."
+  description = "Grant the ECS target's calls (set with ecs_service_arns, cloudmap_namespace_name)."
   type        = bool
   default     = false
 }
@@ -33,12 +33,6 @@ variable "eks_enabled" {
   description = "Grant the EKS target's calls (set with eks_cluster_arn, eks_nodegroup_arns)."
   type        = bool
   default     = false
-}
-
-variable "ecs_cluster_arn" {
-  description = "ECS cluster of the Ray services (null when the stack has no ECS target)."
-  type        = string
-  default     = null
 }
 
 variable "ecs_service_arns" {
