@@ -93,6 +93,17 @@ POLL_INTERVAL_S = 3.0
 # (p99 of 8 requests is just the slowest one: one noisy request then rolled back healthy redeploys).
 REGRESSION_MIN_REQUESTS = 8
 DEFAULT_MAX_REGRESSION = 0.10
+# The statistical regression judgement (raylift.bench.judgement; numbers in docs/benchmark-metrics.md):
+# the confidence of each metric's interval, and whether "inconclusive" fails the gate by default.
+DEFAULT_REGRESSION_CONFIDENCE = 0.95
+DEFAULT_REGRESSION_STRICT = False
+# Requests per concurrency level: with 64 the stub test (tests/bench/test_regression_gate.py) measured
+# 2 % false regressions and 99 % of 30 % slowdowns caught at the defaults above; 32 caught ~90 %.
+DEFAULT_REQUESTS_PER_LEVEL = 64
+# SLOs every benchmark is held to unless a Param sets the key (a given slos object is merged over
+# these, so {"max_ttft_p99_ms": 500} keeps max_error_rate 0); null in the Param turns one off.
+DEFAULT_SLOS: dict[str, float | None] = {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None,
+                                         "max_error_rate": 0.0}
 
 
 def local_settings() -> LocalSettings:

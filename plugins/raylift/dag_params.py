@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from raylift.config import DEFAULT_APP_NAME, DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS, local_settings
+from raylift.config import DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT, DEFAULT_REQUESTS_PER_LEVEL
 from raylift.targets import TARGETS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -88,7 +89,7 @@ def deploy_params() -> dict[str, Param]:
             [1, 4], type="array", items={"type": "integer", "minimum": 1, "maximum": 256}, minItems=1,
             description="Concurrency levels to measure",
         ),
-        "requests_per_level": Param(16, type="integer", minimum=1, maximum=2000, description="Requests per level"),
+        "requests_per_level": Param(DEFAULT_REQUESTS_PER_LEVEL, type="integer", minimum=1, maximum=2000, description="Requests per level"),
         "slos": Param(
             {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None, "max_error_rate": 0.0},
             type="object",
@@ -105,6 +106,16 @@ def deploy_params() -> dict[str, Param]:
             description="Regression gate: the largest drop in output tokens/s, or rise in TTFT, allowed "
             "against the last good run of this app (a fraction; levels with fewer than "
             f"{REGRESSION_MIN_REQUESTS} requests are not compared)",
+        ),
+        "regression_confidence": Param(
+            DEFAULT_REGRESSION_CONFIDENCE, type="number", minimum=0.5, exclusiveMaximum=1,
+            description="Regression gate: confidence of each metric's interval for the change against the last "
+            "good run (Mann-Whitney / Hodges-Lehmann on per-request samples; see docs/benchmark-metrics.md)",
+        ),
+        "regression_strict": Param(
+            DEFAULT_REGRESSION_STRICT, type="boolean",
+            description="Regression gate: fail (and roll back) when the judgement is inconclusive, not only "
+            "when a metric regressed",
         ),
     }
     return params

@@ -13,7 +13,9 @@ chunks, the first at ``ttft`` and each next one ``itl`` later, then a ``finish_r
 chunk (unless ``--no-usage`` or not asked for) and ``[DONE]``. Chunks already due are written in one
 batch (with zero delays: the whole body in one write). ``--fail-every N`` answers every N-th request
 with HTTP 500; ``--max-active N`` lets only N requests generate at once (the rest wait, and their
-clock starts when they get a turn), so throughput stops growing past concurrency N.
+clock starts when they get a turn), so throughput stops growing past concurrency N. ``--jitter S``
+gives each request's TTFT and ITL their own lognormal factor (median 1, sigma S; ``--seed`` fixes it):
+a known per-request delay distribution for the regression judgement's tests.
 
 Run: ``python tests/bench/stub_server.py --ttft-ms 50 --itl-ms 10``; it prints ``PORT <n>``.
 """
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -43,6 +46,8 @@ class StubConfig:
     fail_every: int = 0
     usage: bool = True
     max_active: int = 0  # > 0: at most this many requests generate at once (a saturated server)
+    jitter: float = 0.0  # > 0: each request's TTFT and ITL times independent lognormal factors (this sigma)
+    seed: int | None = None
 
 
 def _chunk(data: bytes) -> bytes:
@@ -200,6 +205,7 @@ class StubServer:
         self.waiting: deque[tuple[_Connection, bytes, bool]] = deque()
         self.frames: dict[tuple, list[bytes]] = {}
         self.achieved: list[tuple[float, list[float]]] = []  # (TTFT, ITL gaps) in seconds, as written
+        self.rng = random.Random(config.seed)
 
     def record(self, ttft: float, gaps: list[float]) -> None:
         self.achieved.append((ttft, gaps))
@@ -254,12 +260,16 @@ class StubServer:
         frames = self.frames.get(key)
         if frames is None:  # built once per request shape: the stub's per-request work stays small
             frames = self.frames[key] = _frames(*key)
-        last_due = t0 + cfg.ttft_s + cfg.itl_s * (n_out - 1)
+        ttft_s, itl_s = cfg.ttft_s, cfg.itl_s
+        if cfg.jitter:  # a known per-request distribution: median the configured delay, lognormal spread
+            ttft_s *= self.rng.lognormvariate(0.0, cfg.jitter)
+            itl_s *= self.rng.lognormvariate(0.0, cfg.jitter)
+        last_due = t0 + ttft_s + itl_s * (n_out - 1)
         if not stream:
             _Stream(conn, frames, [last_due], range(0), t0).step()
             return
         lead = 2 if chat else 1  # the head (and the role-only chunk) go out at once
-        due = [t0] * lead + [t0 + cfg.ttft_s + cfg.itl_s * i for i in range(n_out)] + [last_due]
+        due = [t0] * lead + [t0 + ttft_s + itl_s * i for i in range(n_out)] + [last_due]
         _Stream(conn, frames, due, range(lead, lead + n_out), t0).step()
 
 
@@ -323,8 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--no-usage", action="store_true")
     parser.add_argument("--max-active", type=int, default=0)
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="lognormal sigma of each request's TTFT and ITL factor (0: fixed delays)")
+    parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    config = StubConfig(args.ttft_ms / 1e3, args.itl_ms / 1e3, args.fail_every, not args.no_usage, args.max_active)
+    config = StubConfig(args.ttft_ms / 1e3, args.itl_ms / 1e3, args.fail_every, not args.no_usage, args.max_active,
+                        args.jitter, args.seed)
     _raise_priority()
     try:
         asyncio.run(serve(config, args.port))

@@ -68,40 +68,18 @@ def test_gates_each_violation() -> None:
     assert "SLO limit 500" in violations[0].message
     assert evaluate(result, {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None,
                              "max_error_rate": None}, None) == []
-    baseline = _result([_level(1, 120, 250), _level(4, 310, 700)])
-    regressions = evaluate(result, {}, baseline, max_regression=0.10)
-    # 10 requests per level: the TTFT tail compared is the median (see the sample-size test below)
-    assert [(v.metric, v.concurrency, v.kind) for v in regressions] == [
-        ("output_tokens_per_s", 1, "regression"), ("ttft_ms.p50", 1, "regression"),
-        ("ttft_ms.p50", 4, "regression")]  # 300 vs 310 tok/s at c=4 is within 10 %
-    assert regressions[0].limit == 120 and regressions[0].measured == 100
-    with pytest.raises(RayliftValueError, match="same model"):
-        evaluate(result, {}, _result([_level(1, 1, 1)], model="other"))
-    with pytest.raises(RayliftValueError, match="max_regression"):
-        evaluate(result, {}, baseline, max_regression=1.0)
+    # levels without per-request samples (results from before they were kept) are not judged:
+    # the run becomes the new baseline instead of failing (tests/bench/test_judgement.py judges samples)
+    assert evaluate(result, {}, _result([_level(1, 120, 250), _level(4, 310, 700)])) == []
+    assert evaluate(result, {}, _result([_level(1, 1, 1)], model="other")) == []
+    with pytest.raises(RayliftValueError, match="max_regression|tolerance"):
+        evaluate(result, {}, result, max_regression=1.0)
     with pytest.raises(RayliftValueError, match="unknown SLO keys"):
         evaluate(result, {"max_latency": 1}, None)
 
 
-def test_regression_tail_follows_the_sample_size() -> None:
-    """A p99 is compared only from 100 requests; 20 give p90; fewer than 8 ok requests: no verdict."""
+def test_tail_percentile_follows_the_sample_size() -> None:
     assert [tail_percentile(n) for n in (8, 19, 20, 99, 100)] == ["p50", "p50", "p90", "p90", "p99"]
-    baseline = _result([_level(1, 100, 30, requests=n) for n in (1,)])
-    # one slow request among 8: p99 (the max) doubles, the median does not move -> passes
-    slow_tail = {**_level(1, 100, 67, requests=8), "ttft_ms": {**_stats(30), "p99": 67.0}}
-    assert evaluate(_result([slow_tail]), {}, _result([_level(1, 100, 30, requests=8)])) == []
-    # with 120 requests each the same p99 rise is a regression, named by its percentile
-    big = {**_level(1, 100, 67, requests=120), "ttft_ms": {**_stats(30), "p99": 67.0}}
-    (v,) = evaluate(_result([big]), {}, _result([_level(1, 100, 30, requests=120)]))
-    assert (v.metric, v.measured, v.limit) == ("ttft_ms.p99", 67.0, 30)
-    # too few successful requests (8 sent, 2 failed): the level is not compared at all
-    few = _level(1, 10, 300, errors=2, requests=8)
-    assert evaluate(_result([few]), {}, _result([_level(1, 100, 30, requests=8)])) == []
-    assert evaluate(_result([few]), {}, baseline, min_requests=1) != []
-    # the tolerance is the caller's: 15 % slower passes at 0.2, fails at 0.1
-    slower = _result([_level(1, 85, 30, requests=8)])
-    assert evaluate(slower, {}, _result([_level(1, 100, 30, requests=8)]), max_regression=0.2) == []
-    assert evaluate(slower, {}, _result([_level(1, 100, 30, requests=8)]), max_regression=0.1) != []
 
 
 def test_report_files(tmp_path: Path) -> None:

@@ -1,27 +1,33 @@
 """SLO and regression gates over a benchmark result: pure functions, the caller decides what to do.
 
-SLOs (each None = not checked):
+SLOs are absolute limits, promises rather than comparisons. Given SLOs are merged over
+:data:`raylift.config.DEFAULT_SLOS` (:func:`merged_slos`), so giving one never drops another; a value of
+None turns that one off:
 
 - ``max_ttft_p99_ms``: every concurrency level's TTFT p99 must be at or below it;
 - ``min_output_tokens_per_s``: the best level's output tokens/s must reach it (the endpoint can
   deliver that throughput at some tested concurrency);
 - ``max_error_rate``: the overall error rate must be at or below it.
 
-Regression: for each concurrency level present in both runs with at least
-``REGRESSION_MIN_REQUESTS`` successful requests each, output tokens/s may not drop, and the TTFT
-tail may not rise, by more than ``max_regression`` (a fraction) against the baseline. The tail is
-the highest percentile the smaller sample supports (:func:`tail_percentile`): p99 from 100
-requests, p90 from 20, else p50 — a p99 of 8 requests is one request, and gating on it rolled back
-healthy redeploys.
+A level where every request failed violates the gate whatever SLOs are set: there is nothing to hold to
+a limit, and a p99 of nothing must not pass.
+
+Regression: the statistical judgement of :mod:`raylift.bench.judgement` against the last good run's
+per-request samples. A metric judged "regressed" is a violation; "inconclusive" is one only when
+``strict``. A run of another served model starts a new baseline instead of failing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from raylift.config import DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS
+from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, Judgement, MetricJudgement, judge
+from raylift.config import (
+    DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_SLOS, REGRESSION_MIN_REQUESTS,
+)
 from raylift.errors import RayliftValueError
 
 SLO_KEYS = ("max_ttft_p99_ms", "min_output_tokens_per_s", "max_error_rate")
@@ -36,10 +42,13 @@ class GateViolation:
     limit: float
     kind: str  # "slo" or "regression"
     concurrency: int | None = None
+    detail: str = ""  # the judgement's own words for a regression; why, for an SLO without a measurement
 
     @property
     def message(self) -> str:
         where = f" at concurrency {self.concurrency}" if self.concurrency is not None else ""
+        if self.detail:
+            return self.detail
         if self.kind == "slo":
             return f"{self.metric}{where} = {self.measured:.4g}, SLO limit {self.limit:.4g}"
         return f"{self.metric}{where} = {self.measured:.4g} regressed against baseline {self.limit:.4g}"
@@ -48,12 +57,28 @@ class GateViolation:
         return {**asdict(self), "message": self.message}
 
 
+def merged_slos(given: Mapping[str, float | None] | None) -> dict[str, float]:
+    """The SLOs in force: ``given`` over :data:`~raylift.config.DEFAULT_SLOS`, without the ones set to None."""
+    given = dict(given or {})
+    unknown = set(given) - set(SLO_KEYS)
+    if unknown:
+        raise RayliftValueError(f"unknown SLO keys {sorted(unknown)}; use {list(SLO_KEYS)}")
+    return {k: float(v) for k, v in {**DEFAULT_SLOS, **given}.items() if v is not None}
+
+
 def _check_slos(result: Mapping[str, Any], slos: Mapping[str, float | None]) -> list[GateViolation]:
     unknown = set(slos) - set(SLO_KEYS)
     if unknown:
         raise RayliftValueError(f"unknown SLO keys {sorted(unknown)}; use {list(SLO_KEYS)}")
     violations: list[GateViolation] = []
     levels = result["levels"]
+    for level in levels:
+        if level.get("requests", 0) and _ok_requests(level) == 0:
+            violations.append(GateViolation(
+                "successful_requests", 0, 1, "slo", level["concurrency"],
+                detail=f"every request failed at concurrency {level['concurrency']} "
+                       f"({level['requests']} of {level['requests']}: {level.get('error_kinds') or 'errors'}); "
+                       "an all-failed level fails the gate whatever SLOs are set"))
     limit = slos.get("max_ttft_p99_ms")
     if limit is not None:
         for level in levels:
@@ -82,35 +107,29 @@ def _ok_requests(level: Mapping[str, Any]) -> int:
     return int(level.get("requests", 0)) - int(level.get("errors", 0))
 
 
-def _check_regression(
-    result: Mapping[str, Any], baseline: Mapping[str, Any], max_regression: float, min_requests: int
-) -> list[GateViolation]:
-    if result.get("model") and baseline.get("model") and result["model"] != baseline["model"]:
-        raise RayliftValueError(
-            f"baseline is for model {baseline['model']!r}, this run for {result['model']!r}; "
-            "compare only runs of the same model and target"
-        )
-    base_levels = {lv["concurrency"]: lv for lv in baseline["levels"]}
-    violations: list[GateViolation] = []
-    for level in result["levels"]:
-        base = base_levels.get(level["concurrency"])
-        if base is None:
-            continue
-        samples = min(_ok_requests(level), _ok_requests(base))
-        if samples < min_requests:
-            continue  # too few requests to tell a regression from noise
-        tps, base_tps = level["output_tokens_per_s"], base["output_tokens_per_s"]
-        if base_tps > 0 and tps < base_tps * (1 - max_regression):
-            violations.append(
-                GateViolation("output_tokens_per_s", tps, base_tps, "regression", level["concurrency"])
-            )
-        tail = tail_percentile(samples)
-        ttft, base_ttft = level["ttft_ms"].get(tail), base["ttft_ms"].get(tail)
-        if ttft is not None and base_ttft is not None and ttft > base_ttft * (1 + max_regression):
-            violations.append(
-                GateViolation(f"ttft_ms.{tail}", ttft, base_ttft, "regression", level["concurrency"])
-            )
-    return violations
+def _violation(m: MetricJudgement) -> GateViolation:
+    return GateViolation(m.metric, m.new_median if m.new_median is not None else math.nan,
+                         m.baseline_median if m.baseline_median is not None else math.nan, "regression",
+                         m.concurrency, detail=m.describe())
+
+
+def assess(
+    result: Mapping[str, Any],
+    slos: Mapping[str, float | None],
+    baseline: Mapping[str, Any] | None,
+    *,
+    max_regression: float = DEFAULT_MAX_REGRESSION,
+    confidence: float = DEFAULT_REGRESSION_CONFIDENCE,
+    strict: bool = False,
+    min_requests: int = REGRESSION_MIN_REQUESTS,
+) -> tuple[Judgement, list[GateViolation]]:
+    """The regression judgement of ``result`` against ``baseline``, and every SLO and regression
+    violation (empty: the run passes). ``slos`` are used as given (see :func:`merged_slos`)."""
+    judgement = judge(result, baseline, confidence=confidence, tolerance=max_regression, min_requests=min_requests)
+    violations = _check_slos(result, slos)
+    failing = (REGRESSED, INCONCLUSIVE) if strict else (REGRESSED,)
+    violations += [_violation(m) for m in judgement.metrics if m.verdict in failing]
+    return judgement, violations
 
 
 def evaluate(
@@ -119,12 +138,10 @@ def evaluate(
     baseline: Mapping[str, Any] | None,
     *,
     max_regression: float = DEFAULT_MAX_REGRESSION,
+    confidence: float = DEFAULT_REGRESSION_CONFIDENCE,
+    strict: bool = False,
     min_requests: int = REGRESSION_MIN_REQUESTS,
 ) -> list[GateViolation]:
-    """Every SLO and regression violation of ``result``; an empty list means the run passes."""
-    if not 0 <= max_regression < 1:
-        raise RayliftValueError(f"max_regression must be a fraction in [0, 1), got {max_regression}")
-    violations = _check_slos(result, slos)
-    if baseline is not None:
-        violations += _check_regression(result, baseline, max_regression, min_requests)
-    return violations
+    """Every SLO and regression violation of ``result`` (:func:`assess` without the judgement)."""
+    return assess(result, slos, baseline, max_regression=max_regression, confidence=confidence, strict=strict,
+                  min_requests=min_requests)[1]

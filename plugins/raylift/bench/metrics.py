@@ -134,6 +134,28 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled:
     }
 
 
+SAMPLE_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s")
+
+
+def samples(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Each successful request's TTFT, TPOT, e2e and output tokens/s (request order, 4 significant
+    digits), and the counts of successes and errors: what the regression judgement compares
+    (:mod:`raylift.bench.judgement`) — a single number per level cannot tell noise from a change."""
+    ok = [r for r in records if r.ok]
+
+    def column(values: Iterable[float | None]) -> list[float]:
+        return [float(f"{v:.4g}") for v in values if v is not None]
+
+    return {
+        "ok": len(ok),
+        "errors": len(records) - len(ok),
+        "ttft_ms": column(r.ttft_ms for r in ok),
+        "tpot_ms": column(r.tpot_ms for r in ok),
+        "e2e_ms": column(r.e2e_ms for r in ok),
+        "output_tokens_per_s": column(r.output_tokens_per_s for r in ok),
+    }
+
+
 def wall_time_s(records: Sequence[RequestRecord]) -> float:
     """First request sent → last response finished, in seconds (0 when nothing finished)."""
     finished = [r for r in records if r.end_ns]

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from raylift.bench.loadgen import LoadGenerator
-from raylift.bench.metrics import RequestRecord, summarize
+from raylift.bench.metrics import RequestRecord, samples, summarize
 from raylift.bench.profiles import generate_requests, get_profile
 from raylift.errors import RayliftValueError
 
@@ -52,7 +52,7 @@ async def arun_benchmark(
             outcome = await gen.run_concurrency(
                 specs, c, max_seconds=max_seconds_per_level, progress=progress
             )
-            levels.append({"concurrency": c, **outcome.summary()})
+            levels.append({"concurrency": c, **outcome.summary(), "samples": samples(outcome.records)})
             all_records.extend(outcome.records)
             total_duration += outcome.duration_s
             total_cancelled += outcome.cancelled

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
-from raylift.config import DEFAULT_APP_NAME
+from raylift.config import DEFAULT_APP_NAME, DEFAULT_REQUESTS_PER_LEVEL
 from raylift.errors import GateError
 from raylift.operators.base import Stopwatch, TargetOperator
 
@@ -36,7 +36,7 @@ class BenchmarkOperator(TargetOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
-        "max_regression",
+        "max_regression", "regression_confidence", "regression_strict",
     )
 
     def __init__(
@@ -47,10 +47,12 @@ class BenchmarkOperator(TargetOperator):
         app_name: str = DEFAULT_APP_NAME,
         profile: str | dict[str, Any] = "smoke",
         concurrency: list[int] | str = (1, 4),
-        requests_per_level: int | str = 16,
+        requests_per_level: int | str = DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level: float = 120.0,
         slos: dict[str, Any] | None = None,
         max_regression: float | str | None = None,
+        regression_confidence: float | str | None = None,
+        regression_strict: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -59,6 +61,7 @@ class BenchmarkOperator(TargetOperator):
         self.requests_per_level, self.max_seconds_per_level = requests_per_level, max_seconds_per_level
         self.slos = slos or {}
         self.max_regression = max_regression
+        self.regression_confidence, self.regression_strict = regression_confidence, regression_strict
 
     def _levels(self) -> list[int]:
         raw = self.concurrency
@@ -66,8 +69,11 @@ class BenchmarkOperator(TargetOperator):
         return [int(c) for c in items]
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.bench.gates import evaluate
-        from raylift.config import DEFAULT_MAX_REGRESSION
+        from raylift.bench.gates import assess, merged_slos
+        from raylift.bench.judgement import INCONCLUSIVE, format_judgement
+        from raylift.config import (
+            DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT,
+        )
         from raylift.bench.report import run_history, write_run_report
         from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
@@ -98,6 +104,18 @@ class BenchmarkOperator(TargetOperator):
 
         state = self.state_for(str(self.app_name))
         run_id = context["run_id"]
+        good = state.last_good()
+        judgement, violations = assess(
+            result, merged_slos(self.slos if isinstance(self.slos, dict) else {}), (good or {}).get("benchmark"),
+            max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
+            confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
+            strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
+        )
+        result["judgement"] = judgement.as_dict()
+        self.log.info("%s", format_judgement(result["judgement"]))
+        if judgement.verdict == INCONCLUSIVE and not violations:
+            self.log.warning("regression gate inconclusive (not failing: regression_strict is off); about %s "
+                             "requests per level would make it conclusive", judgement.needed_requests)
         state.store.write_json(f"{run_key(run_id)}/benchmark.json", result)
         try:  # the report is for people; a plotting failure must not stop the gates below
             history = run_history(state.store, run_key(run_id).rsplit("/", 1)[0], result)
@@ -105,16 +123,32 @@ class BenchmarkOperator(TargetOperator):
             self.log.info("benchmark report: %s", state.store.child_uri(files["html"]))
         except Exception:
             self.log.exception("benchmark report not written; the gates still apply")
-        good = state.last_good()
-        slos = {k: v for k, v in (self.slos or {}).items() if v is not None}
-        max_regression = DEFAULT_MAX_REGRESSION if self.max_regression in (None, "") else float(self.max_regression)
-        violations = evaluate(result, slos, (good or {}).get("benchmark"), max_regression=max_regression)
         if violations:
             action = restore_app(self.target_impl, state, run_id, str(self.app_name))
             details = "; ".join(v.message for v in violations)
             raise GateError(f"Release gate failed: {details}. Rolled back: {action}.")
+        # last_good (the next run's baseline and the rollback target) only after every gate passed
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
         if config:
             state.record_good(run_id, config, benchmark=result)
-        return {"overall": result.get("overall", {}), "levels": result.get("levels", []),
+        return {"overall": result.get("overall", {}), "levels": _without_samples(result.get("levels", [])),
+                "judgement": result["judgement"],
                 "results_uri": state.store.child_uri(f"{run_key(run_id)}/benchmark.json")}
+
+
+def _number(value: Any, default: float) -> float:
+    return default if value in (None, "") else float(value)
+
+
+def _flag(value: Any, default: bool) -> bool:
+    """A rendered Param: a bool, or its text ("true"/"false") when templates render to strings."""
+    if value in (None, ""):
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def _without_samples(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Levels for the XCom and the run record: the per-request samples stay in benchmark.json."""
+    return [{k: v for k, v in level.items() if k != "samples"} for level in levels]

@@ -1,0 +1,267 @@
+"""The regression judgement: a new benchmark run against the last good run's per-request samples.
+
+A Kayenta-style canary judgement instead of one number per level under a fixed tolerance (which on a
+busy machine mostly measured noise: 8 of 11 back-to-back pairs of an unchanged endpoint "regressed").
+For each concurrency level both runs have, and each per-request metric (TTFT, TPOT, e2e, output
+tokens/s; :data:`raylift.bench.metrics.SAMPLE_METRICS`):
+
+- the change is the **Hodges–Lehmann** estimate of the shift between the two samples (the median of
+  all pairwise ``new - baseline`` differences), relative to the baseline's median: ``+30 %`` = 30 % above
+  it. Its **confidence interval** is the one that inverts the **Mann-Whitney U** test: the order
+  statistics of those pairwise differences at U's critical value. ``p_value`` is
+  :func:`scipy.stats.mannwhitneyu`'s two-sided test of "no change". (Raw differences, not log ratios:
+  the tiny model often streams a whole answer in one chunk, a TPOT of 0, which a log cannot take.)
+- "worse" is higher for the latencies and lower for tokens/s; the tolerance is a slowdown factor
+  (``tolerance`` 0.15: latency up to 1.15 times, tokens/s down to 1/1.15 of the baseline).
+- **regressed**: the whole interval is worse than the tolerance; **pass**: the whole interval is within
+  it; **inconclusive**: the interval straddles it (the sample cannot tell at this confidence), with an
+  estimate of the requests per level that would decide it (the interval narrows as 1/sqrt(n)).
+
+The **error rate** is compared as a proportion: the difference new − baseline with Newcombe's hybrid
+score interval (from each run's Wilson interval, :func:`scipy.stats.binomtest`). Regressed when the
+whole interval is above 0; inconclusive when more errors than the baseline but the interval includes 0.
+The absolute ``max_error_rate`` SLO (default 0) is the promise; this only says whether it got worse.
+
+A level with fewer than ``min_requests`` successful requests in either run is inconclusive; a level
+the baseline lacks is skipped. A run of another model (the served name changed) starts a new baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from raylift.bench.metrics import SAMPLE_METRICS
+from raylift.errors import RayliftValueError
+
+# Metrics where a smaller value is worse (everything else: larger is worse).
+LOWER_IS_WORSE = frozenset({"output_tokens_per_s"})
+MAX_NEEDED_REQUESTS = 100_000
+
+PASS, REGRESSED, INCONCLUSIVE, SKIPPED = "pass", "regressed", "inconclusive", "skipped"
+NEW_BASELINE = "new baseline"
+
+
+@dataclass(frozen=True)
+class MetricJudgement:
+    """One metric at one level: both medians, the estimated change and its interval, and the verdict.
+
+    For latencies and tokens/s, ``change``/``low``/``high`` are ratios minus one (``0.3`` = 30 % above
+    the baseline); for ``error_rate`` they are the difference of the two rates."""
+
+    metric: str
+    concurrency: int
+    verdict: str
+    baseline_median: float | None = None
+    new_median: float | None = None
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    p_value: float | None = None
+    n_baseline: int = 0
+    n_new: int = 0
+    needed_requests: int | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        """One line for logs and gate messages."""
+        where = f"{self.metric} at concurrency {self.concurrency}"
+        if self.verdict == SKIPPED or self.change is None:
+            return f"{where}: {self.verdict} ({self.note})"
+        if self.metric == "error_rate":
+            nums = (f"{self.new_median:.1%} vs {self.baseline_median:.1%} errors, difference "
+                    f"{self.change:+.1%} [{self.low:+.1%}, {self.high:+.1%}]")
+        else:
+            nums = (f"median {self.new_median:.4g} vs {self.baseline_median:.4g}, change {self.change:+.1%} "
+                    f"[{self.low:+.1%}, {self.high:+.1%}]")
+        text = f"{where}: {self.verdict}: {nums}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+@dataclass
+class Judgement:
+    """Every metric's judgement and the run's verdict: regressed if any metric is, else inconclusive
+    if any is, else pass (or "new baseline" when there is nothing comparable to judge against)."""
+
+    verdict: str
+    confidence: float
+    tolerance: float
+    metrics: list[MetricJudgement] = field(default_factory=list)
+    note: str = ""
+
+    def of(self, verdict: str) -> list[MetricJudgement]:
+        return [m for m in self.metrics if m.verdict == verdict]
+
+    @property
+    def needed_requests(self) -> int | None:
+        """Requests per level (in both runs) that would make every inconclusive metric conclusive."""
+        needed = [m.needed_requests for m in self.of(INCONCLUSIVE) if m.needed_requests]
+        return max(needed) if needed else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "confidence": self.confidence, "tolerance": self.tolerance,
+                "note": self.note, "needed_requests": self.needed_requests,
+                "metrics": [asdict(m) for m in self.metrics]}
+
+
+def _shift_interval(new: Sequence[float], base: Sequence[float], confidence: float
+                    ) -> tuple[float, float, float, float]:
+    """Hodges–Lehmann shift of new against base, its Mann-Whitney confidence interval (both relative to
+    the baseline's median), and the two-sided Mann-Whitney p-value of no shift."""
+    import numpy as np
+    from scipy import stats
+
+    x, y = np.asarray(new, dtype=float), np.asarray(base, dtype=float)
+    diffs = np.sort(np.subtract.outer(x, y).ravel())
+    n, m = len(x), len(y)
+    z = stats.norm.ppf(0.5 + confidence / 2)
+    # U's lower critical value (normal approximation): the interval is [D_(k), D_(nm+1-k)], 1-based.
+    k = math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12))
+    k = max(k, 1)  # too few requests for this confidence: the widest interval the samples give
+    scale = float(np.median(y))
+    p = float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+    return (float(np.median(diffs)) / scale, float(diffs[k - 1]) / scale, float(diffs[n * m - k]) / scale,
+            0.0 if math.isnan(p) else p)
+
+
+def _needed(n: int, estimate: float, bound: float, limit: float) -> int:
+    """Requests per level for the interval's side facing ``limit`` to clear it (width ~ 1/sqrt(n))."""
+    half, gap = abs(estimate - bound), abs(estimate - limit)
+    if not math.isfinite(half) or gap <= 0:
+        return MAX_NEEDED_REQUESTS
+    return min(MAX_NEEDED_REQUESTS, max(n + 1, math.ceil(n * (half / gap) ** 2)))
+
+
+def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequence[float], *,
+                 confidence: float, tolerance: float, min_requests: int) -> MetricJudgement:
+    """Compare two samples of one metric (see the module docstring)."""
+    import statistics
+
+    common = {"metric": metric, "concurrency": concurrency, "n_baseline": len(base), "n_new": len(new)}
+    if len(new) < min_requests or len(base) < min_requests:
+        return MetricJudgement(verdict=INCONCLUSIVE, needed_requests=min_requests,
+                               note=f"fewer than {min_requests} samples", **common)
+    if statistics.median(base) <= 0:  # e.g. TPOT when most answers came in one chunk: no relative change
+        return MetricJudgement(verdict=SKIPPED, baseline_median=0.0, new_median=statistics.median(new),
+                               note="baseline median is 0", **common)
+    change, low, high, p = _shift_interval(new, base, confidence)
+    # "worse" is a rise in latency beyond 1 + tolerance times the baseline, or a drop in tokens/s below
+    # 1 / (1 + tolerance) of it (the same slowdown seen from the other side)
+    if metric in LOWER_IS_WORSE:
+        limit = 1 / (1 + tolerance) - 1
+        bad, good = high < limit, low >= limit
+        facing = low if change < limit else high
+    else:
+        limit = tolerance
+        bad, good = low > limit, high <= limit
+        facing = low if change > limit else high
+    n = min(len(new), len(base))
+    verdict = REGRESSED if bad else PASS if good else INCONCLUSIVE
+    return MetricJudgement(
+        verdict=verdict, baseline_median=statistics.median(base), new_median=statistics.median(new),
+        change=change, low=low, high=high, p_value=p,
+        needed_requests=_needed(n, change, facing, limit) if verdict == INCONCLUSIVE else None, **common)
+
+
+def wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n."""
+    from scipy import stats
+
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def judge_errors(concurrency: int, new: tuple[int, int], base: tuple[int, int], *, confidence: float
+                 ) -> MetricJudgement:
+    """Error rates (errors, requests) compared as proportions: Newcombe's interval of the difference."""
+    (k1, n1), (k2, n2) = new, base
+    common = {"metric": "error_rate", "concurrency": concurrency, "n_baseline": n2, "n_new": n1}
+    if n1 < 1 or n2 < 1:
+        return MetricJudgement(verdict=SKIPPED, note="no requests", **common)
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson(k1, n1, confidence)
+    l2, u2 = wilson(k2, n2, confidence)
+    diff = p1 - p2
+    low = diff - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = diff + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    needed = None
+    if low > 0:
+        verdict = REGRESSED
+    elif diff > 0:
+        verdict = INCONCLUSIVE
+        needed = _needed(min(n1, n2), diff, low, 0.0)
+    else:
+        verdict = PASS
+    return MetricJudgement(verdict=verdict, baseline_median=p2, new_median=p1, change=diff, low=low, high=high,
+                           needed_requests=needed, **common)
+
+
+def judge(result: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, confidence: float,
+          tolerance: float, min_requests: int) -> Judgement:
+    """Judge ``result`` against ``baseline`` (a benchmark result with per-level ``samples``), level by level."""
+    if not 0.5 <= confidence < 1:
+        raise RayliftValueError(f"regression confidence must be in [0.5, 1), got {confidence}")
+    if not 0 <= tolerance < 1:
+        raise RayliftValueError(f"regression tolerance (max_regression) must be in [0, 1), got {tolerance}")
+    out = Judgement(NEW_BASELINE, confidence, tolerance)
+    if not baseline:
+        out.note = "no earlier good run: this run becomes the baseline"
+        return out
+    if result.get("model") and baseline.get("model") and result["model"] != baseline["model"]:
+        out.note = (f"the served model changed ({baseline['model']!r} -> {result['model']!r}): "
+                    "this run starts a new baseline")
+        return out
+    base_levels = {lv["concurrency"]: lv for lv in baseline.get("levels", []) if lv.get("samples")}
+    if not base_levels:
+        out.note = "the last good run kept no per-request samples: this run becomes the baseline"
+        return out
+    for level in result["levels"]:
+        c = level["concurrency"]
+        base, new = base_levels.get(c), level.get("samples")
+        if base is None or new is None:
+            out.metrics.append(MetricJudgement("*", c, SKIPPED, note="no samples of this level in the baseline"))
+            continue
+        b = base["samples"]
+        for metric in SAMPLE_METRICS:
+            out.metrics.append(judge_metric(metric, c, new[metric], b[metric], confidence=confidence,
+                                            tolerance=tolerance, min_requests=min_requests))
+        out.metrics.append(judge_errors(c, (new["errors"], new["ok"] + new["errors"]),
+                                        (b["errors"], b["ok"] + b["errors"]), confidence=confidence))
+    verdicts = {m.verdict for m in out.metrics}
+    out.verdict = next((v for v in (REGRESSED, INCONCLUSIVE, PASS) if v in verdicts), NEW_BASELINE)
+    if out.verdict == NEW_BASELINE:
+        out.note = "no level in common with the last good run: this run becomes the baseline"
+    return out
+
+
+_COLUMNS = (("conc", 5), ("metric", 20), ("baseline", 9), ("new", 9), ("change", 8), ("interval", 19),
+            ("verdict", 13))
+
+
+def format_judgement(judgement: Mapping[str, Any]) -> str:
+    """A fixed-width table of a judgement (:meth:`Judgement.as_dict`) for logs and the report."""
+    head = (f"regression judgement: {judgement['verdict']} (confidence {judgement['confidence']:.0%}, "
+            f"tolerance {judgement['tolerance']:.0%})")
+    if judgement.get("note"):
+        head += f": {judgement['note']}"
+    if not judgement.get("metrics"):
+        return head
+    header = " ".join(name.rjust(width) for name, width in _COLUMNS)
+    lines = [head, header, "-" * len(header)]
+    for m in judgement["metrics"]:
+        if m["change"] is None:
+            cells = [str(m["concurrency"]), m["metric"], "-", "-", "-", m["note"][:19], m["verdict"]]
+        else:
+            pct = "{:+.1%}" if m["metric"] == "error_rate" else "{:+.0%}"
+            cells = [str(m["concurrency"]), m["metric"], f"{m['baseline_median']:.4g}", f"{m['new_median']:.4g}",
+                     pct.format(m["change"]), f"[{pct.format(m['low'])}, {pct.format(m['high'])}]",
+                     m["verdict"]]
+        lines.append(" ".join(cell.rjust(width) for cell, (_, width) in zip(cells, _COLUMNS)))
+    needed = judgement.get("needed_requests")
+    if needed:
+        lines.append(f"inconclusive: about {needed} requests per level (in both runs) would decide every "
+                     "inconclusive metric" + (" (or more: a change right at the tolerance)"
+                                               if needed >= MAX_NEEDED_REQUESTS else ""))
+    return "\n".join(lines)

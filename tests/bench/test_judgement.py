@@ -1,0 +1,123 @@
+"""The regression judgement and the gates around it, on synthetic per-request samples with known shifts."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from raylift.bench.gates import assess, evaluate, merged_slos
+from raylift.bench.judgement import format_judgement, judge, judge_errors, judge_metric
+from raylift.errors import RayliftValueError
+
+
+def _samples(n: int, scale: float, *, seed: int, sigma: float = 0.2, errors: int = 0) -> dict[str, Any]:
+    """n requests whose TTFT, TPOT and e2e are lognormal around ``scale`` times 50/5/125 ms."""
+    rng = random.Random(seed)
+    ttft = [50 * scale * rng.lognormvariate(0, sigma) for _ in range(n)]
+    tpot = [5 * scale * rng.lognormvariate(0, sigma) for _ in range(n)]
+    e2e = [a + 15 * b for a, b in zip(ttft, tpot)]
+    return {"ok": n, "errors": errors, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
+            "output_tokens_per_s": [16 / (e / 1e3) for e in e2e]}
+
+
+def _level(c: int, samples: dict[str, Any]) -> dict[str, Any]:
+    n = samples["ok"] + samples["errors"]
+    p99 = max(samples["ttft_ms"], default=None)
+    return {"concurrency": c, "requests": n, "errors": samples["errors"],
+            "error_rate": samples["errors"] / n if n else 0.0, "output_tokens_per_s": 100.0,
+            "ttft_ms": {"p99": p99}, "samples": samples}
+
+
+def _run(*levels: dict[str, Any], model: str = "m") -> dict[str, Any]:
+    requests = sum(lv["requests"] for lv in levels)
+    errors = sum(lv["errors"] for lv in levels)
+    return {"model": model, "levels": list(levels),
+            "overall": {"requests": requests, "errors": errors, "error_rate": errors / requests if requests else 0}}
+
+
+def test_known_shift_is_estimated_inside_its_interval() -> None:
+    base = _samples(200, 1.0, seed=1)
+    slow = _samples(200, 1.3, seed=2)
+    m = judge_metric("ttft_ms", 4, slow["ttft_ms"], base["ttft_ms"], confidence=0.95, tolerance=0.1,
+                     min_requests=8)
+    assert m.verdict == "regressed" and m.low < 0.3 < m.high and abs(m.change - 0.3) < 0.08, m
+    assert m.p_value < 1e-6 and m.n_new == m.n_baseline == 200
+    # tokens/s: lower is worse, so the same slowdown is a drop that regresses
+    t = judge_metric("output_tokens_per_s", 4, slow["output_tokens_per_s"], base["output_tokens_per_s"],
+                     confidence=0.95, tolerance=0.1, min_requests=8)
+    assert t.verdict == "regressed" and t.high < -0.1, t
+    # faster is never a regression
+    fast = judge_metric("output_tokens_per_s", 4, base["output_tokens_per_s"], slow["output_tokens_per_s"],
+                        confidence=0.95, tolerance=0.1, min_requests=8)
+    assert fast.verdict == "pass" and fast.change > 0.2
+
+
+def test_three_outcomes_and_how_many_requests_would_decide() -> None:
+    same = judge_metric("e2e_ms", 1, _samples(400, 1.0, seed=3)["e2e_ms"], _samples(400, 1.0, seed=4)["e2e_ms"],
+                        confidence=0.95, tolerance=0.1, min_requests=8)
+    assert same.verdict == "pass" and same.high < 0.1
+    few = judge_metric("e2e_ms", 1, _samples(10, 1.05, seed=5, sigma=0.5)["e2e_ms"],
+                       _samples(10, 1.0, seed=6, sigma=0.5)["e2e_ms"], confidence=0.95, tolerance=0.1,
+                       min_requests=8)
+    assert few.verdict == "inconclusive" and few.low < 0.1 < few.high and few.needed_requests > 10
+    assert "inconclusive" in few.describe() and "[" in few.describe()
+    too_few = judge_metric("e2e_ms", 1, [1.0] * 5, [1.0] * 20, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert too_few.verdict == "inconclusive" and too_few.needed_requests == 8
+
+
+def test_error_rate_is_compared_as_a_proportion() -> None:
+    assert judge_errors(4, (0, 32), (0, 32), confidence=0.95).verdict == "pass"
+    one = judge_errors(4, (1, 32), (0, 32), confidence=0.95)
+    assert one.verdict == "inconclusive" and one.low < 0 < one.change and one.needed_requests
+    many = judge_errors(4, (12, 32), (0, 32), confidence=0.95)
+    assert many.verdict == "regressed" and many.low > 0 and math.isclose(many.change, 12 / 32)
+
+
+def test_judge_levels_baselines_and_bad_input() -> None:
+    base = _run(_level(1, _samples(64, 1.0, seed=7)), _level(4, _samples(64, 1.0, seed=8)))
+    slow = _run(_level(1, _samples(64, 1.3, seed=9)), _level(4, _samples(64, 1.0, seed=10)),
+                _level(16, _samples(64, 1.0, seed=11)))
+    j = judge(slow, base, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert j.verdict == "regressed"
+    by = {(m.metric, m.concurrency): m.verdict for m in j.metrics}
+    assert by[("ttft_ms", 1)] == "regressed" and by[("ttft_ms", 4)] != "regressed"
+    assert by[("*", 16)] == "skipped" and by[("error_rate", 1)] == "pass"
+    table = format_judgement(j.as_dict())
+    assert "regressed" in table.splitlines()[0] and "ttft_ms" in table and "[+" in table
+    # nothing to compare with: this run becomes the baseline
+    assert judge(slow, None, confidence=0.95, tolerance=0.1, min_requests=8).verdict == "new baseline"
+    renamed = judge(_run(*slow["levels"], model="other"), base, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert renamed.verdict == "new baseline" and "served model changed" in renamed.note
+    old = _run({**base["levels"][0], "samples": None})  # a last good run from before samples were kept
+    assert judge(slow, old, confidence=0.95, tolerance=0.1, min_requests=8).verdict == "new baseline"
+    with pytest.raises(RayliftValueError, match="confidence"):
+        judge(slow, base, confidence=1.0, tolerance=0.1, min_requests=8)
+    with pytest.raises(RayliftValueError, match="tolerance"):
+        judge(slow, base, confidence=0.95, tolerance=1.0, min_requests=8)
+
+
+def test_strict_makes_inconclusive_fail() -> None:
+    base = _run(_level(1, _samples(12, 1.0, seed=12, sigma=0.5)))
+    new = _run(_level(1, _samples(12, 1.08, seed=13, sigma=0.5)))
+    judgement, violations = assess(new, {}, base)
+    assert judgement.verdict == "inconclusive" and violations == []
+    _, strict = assess(new, {}, base, strict=True)
+    assert strict and all(v.kind == "regression" and "inconclusive" in v.message for v in strict)
+
+
+def test_slos_are_merged_over_the_defaults_and_an_all_failed_level_fails() -> None:
+    assert merged_slos({"max_ttft_p99_ms": 500}) == {"max_ttft_p99_ms": 500.0, "max_error_rate": 0.0}
+    assert merged_slos({"max_error_rate": None}) == {}  # explicitly off
+    with pytest.raises(RayliftValueError, match="unknown SLO keys"):
+        merged_slos({"max_latency": 1})
+    failed = _run(_level(1, {"ok": 0, "errors": 16, "ttft_ms": [], "tpot_ms": [], "e2e_ms": [],
+                             "output_tokens_per_s": []}))
+    failed["levels"][0]["ttft_ms"] = {"p99": None}
+    kinds = {v.metric for v in evaluate(failed, merged_slos({"max_ttft_p99_ms": 500}), None)}
+    assert kinds == {"successful_requests", "error_rate"}
+    # even with every SLO off, a level where nothing succeeded does not pass
+    (v,) = evaluate(failed, {}, None)
+    assert v.metric == "successful_requests" and "every request failed at concurrency 1" in v.message
