@@ -15,6 +15,7 @@ from raylift.operators.benchmark import BenchmarkOperator
 from raylift.operators.build import BuildArtifactOperator
 from raylift.operators.cluster import ScaleClusterOperator
 from raylift.operators.deploy import ServeDeployOperator
+from raylift.operators.guard import RollbackUnprovenOperator
 from raylift.operators.record import FailRunIfAnyFailedOperator, RunRecordOperator
 from raylift.operators.smoke import SmokeTestOperator
 from raylift.operators.stage import StageModelOperator
@@ -90,5 +91,10 @@ with DAG(
         },
         **TARGET,
     )
+    # runs when deploy, smoke test or benchmark failed: restores the app if this run's config is still serving
+    rollback = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="{{ params.app_name }}", **TARGET)
     chain(build, stage, scale, ready, deploy, smoke, benchmark, record)
-    [build, stage, scale, ready, deploy, smoke, benchmark, record] >> FailRunIfAnyFailedOperator(task_id="fail_run_if_any_failed")
+    [deploy, smoke, benchmark] >> rollback
+    [build, stage, scale, ready, deploy, smoke, benchmark, record, rollback] >> FailRunIfAnyFailedOperator(
+        task_id="fail_run_if_any_failed"
+    )

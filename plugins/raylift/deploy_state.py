@@ -1,9 +1,11 @@
 """What was serving, kept in the state store: the last Serve config that passed, and run records.
 
 Rollback restores ``last_good`` (the last config that passed smoke test and gates); when a target has
-never had one, it restores the config captured just before this run's deploy. Keys:
+never had one, it restores the config captured just before this run's deploy. A run that applied a
+config leaves ``applied/<run>.json`` (written before the PUT): "applied, not yet proven" until the run's
+config is recorded good, which ``raylift.rollback.restore_unproven`` acts on whatever failed. Keys:
 ``_raylift/<target>/<app>/last_good.json``, ``_raylift/<target>/<app>/pre_deploy/<run>.json``,
-``_raylift/runs/<run>/...``.
+``_raylift/<target>/<app>/applied/<run>.json``, ``_raylift/runs/<run>/...``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,30 @@ class DeploymentState:
 
     def pre_deploy(self, run_id: str) -> dict[str, Any] | None:
         return self.store.read_json(f"{self.prefix}/pre_deploy/{_RUN_SAFE.sub('_', run_id)}.json")
+
+    def _applied_key(self, run_id: str) -> str:
+        return f"{self.prefix}/applied/{_RUN_SAFE.sub('_', run_id)}.json"
+
+    def begin_apply(self, run_id: str, before: dict[str, Any], config: dict[str, Any]) -> dict[str, Any] | None:
+        """Record, before the PUT, what was serving and what this run applies. The first snapshot of a run
+        wins: a retried task whose earlier try applied (and died) must not take the half-applied config
+        as "what was serving before". Returns the earlier try's snapshot, if there was one."""
+        earlier = self.pre_deploy(run_id) if self.applied(run_id) is not None else None
+        if earlier is None:
+            self.save_pre_deploy(run_id, before)
+        self.store.write_json(
+            self._applied_key(run_id),
+            {"config": config, "config_hash": config_hash(config), "at": datetime.now(timezone.utc).isoformat()},
+        )
+        return earlier
+
+    def applied(self, run_id: str) -> dict[str, Any] | None:
+        """``{"config": ..., "config_hash": ..., "at": ...}`` when this run applied a config, else None."""
+        return self.store.read_json(self._applied_key(run_id))
+
+    def proven(self, run_id: str) -> bool:
+        """Whether this run's config passed every gate (it is the last good one)."""
+        return (self.last_good() or {}).get("run_id") == run_id
 
     def last_good(self) -> dict[str, Any] | None:
         """``{"config": ..., "config_hash": ..., "run_id": ..., "benchmark": ..., "recorded_at": ...}``."""

@@ -46,6 +46,36 @@ def restore_app(
     return action
 
 
+def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
+    """Whatever failed after a deploy: if this run applied a config that was never recorded good and
+    the app still runs this run's version, put the last good (or pre-deploy) app back.
+
+    Idempotent: a step that already rolled back (a gate, a failed deploy) leaves nothing to do, and an
+    app someone else changed since this run applied it is left alone (and said so), never reverted.
+    """
+    from raylift.rollout import restarts_replicas
+
+    applied = state.applied(run_id)
+    if applied is None:
+        return f"nothing to roll back: run {run_id} applied no config for app {app_name!r}"
+    if state.proven(run_id):
+        return f"nothing to roll back: run {run_id}'s config for app {app_name!r} passed its gates"
+    current = target.current_serve_config()
+    now = app_by_name(current, app_name)
+    ours = app_by_name(applied["config"], app_name)
+    saved, source = state.rollback_config(run_id)
+    back = app_by_name(saved, app_name) if saved else None
+    if now == back:
+        return f"nothing to roll back: app {app_name!r} already runs the {source}"
+    if now is None and back is None:
+        return f"nothing to roll back: app {app_name!r} is not deployed, as before run {run_id}"
+    if ours is None or now is None or restarts_replicas(ours, now):
+        log.warning("rollback: app %r was changed by someone else since run %s applied it; left as it is",
+                    app_name, run_id)
+        return f"not rolled back: app {app_name!r} no longer runs what run {run_id} applied (changed since)"
+    return restore_app(target, state, run_id, app_name, new_version_running=True)
+
+
 def wait_running(dashboard: RayDashboardHook, app_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
     """Block until ``app_name`` is RUNNING again (used after a rollback, which reuses cached replicas)."""
     deadline = time.monotonic() + timeout_s

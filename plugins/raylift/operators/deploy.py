@@ -120,8 +120,17 @@ class ServeDeployOperator(TargetOperator):
         defaults = {**self._base, **target.serve_cluster_options()}
         config = merge_app(current, app, defaults=defaults)
         run_id = context["run_id"]
-        self.state_for(str(self.app_name)).save_pre_deploy(run_id, current)
-        surged = surge_config(current, config, str(self.app_name))
+        # Before the PUT: what serves now and what this run applies ("applied, not yet proven"). A retry
+        # whose earlier try applied and then died (worker lost after the PUT) gets that try's snapshot
+        # back: the rollback target stays what served before the run, and the rollout is finished from it.
+        earlier = self.state_for(str(self.app_name)).begin_apply(run_id, current, config)
+        if earlier is not None:
+            self.log.warning(
+                "an earlier try of run %s applied a config for app %r and did not finish (its worker stopped "
+                "after the PUT?): finishing the rollout from the config that served before that try", run_id,
+                self.app_name,
+            )
+        surged = surge_config(earlier if earlier is not None else current, config, str(self.app_name))
         target.apply_serve_config(surged or config)
         self.log.info(
             "submitted Serve config %s (app %r, %s app(s) in total%s) in %s; waiting for RUNNING",

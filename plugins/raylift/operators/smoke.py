@@ -26,8 +26,9 @@ class SmokeTestOperator(TargetOperator):
         state = self.state_for(str(self.app_name))
         try:
             report = run_smoke(endpoint, str(self.served_name), kind=deployed.get("kind", "llm"))
-        except SmokeTestError as exc:
+        except Exception as exc:  # a non-JSON answer, a reset connection...: whatever it was, the app failed
             action = restore_app(self.target_impl, state, context["run_id"], str(self.app_name))
-            raise SmokeTestError(f"{exc} Rolled back: {action}.") from exc
+            reason = str(exc) if isinstance(exc, SmokeTestError) else f"Smoke test failed: {type(exc).__name__}: {exc}"
+            raise SmokeTestError(f"{reason} Rolled back: {action}.") from exc
         self.log.info("smoke test passed: %s", report)
         return report

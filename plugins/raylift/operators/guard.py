@@ -1,0 +1,34 @@
+"""The one place that owns "applied, not yet proven": after any failure past the deploy, roll back.
+
+Deploy, smoke test and benchmark each fail in their own ways (a gate, Serve's DEPLOY_FAILED, but also
+a benchmark exception, a non-JSON answer, a store write error, a deferral timeout after a triggerer
+restart, a worker that died after the PUT). This task runs when any of them failed (trigger rule
+``one_failed``) and restores the app if this run applied a config that was never recorded good and the
+app still runs it (``raylift.rollback.restore_unproven``); a step that already rolled back leaves it
+nothing to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raylift.config import DEFAULT_APP_NAME
+from raylift.operators.base import TargetOperator
+
+
+class RollbackUnprovenOperator(TargetOperator):
+    template_fields = (*TargetOperator.template_fields, "app_name")
+
+    def __init__(self, *, app_name: str = DEFAULT_APP_NAME, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "one_failed")
+        super().__init__(**kwargs)
+        self.app_name = app_name
+
+    def execute(self, context: Any) -> str:
+        from raylift.rollback import restore_unproven
+
+        action = restore_unproven(
+            self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name)
+        )
+        self.log.warning("after a failed step: %s", action)
+        return action

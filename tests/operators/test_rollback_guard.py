@@ -1,0 +1,201 @@
+"""Every failure after a config is applied rolls back, whatever raised (Serve REST stand-in, real operators).
+
+The stand-in keeps the Serve config as Serve's REST API would; the operators and the local target run
+unchanged against it, with the state store in a temp RAYLIFT_HOME.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raylift.deploy_state import DeploymentState
+from raylift.errors import SmokeTestError
+from raylift.store import LocalStore
+from tests.fixtures.http_standin import JsonHandler, serve_http
+from tests.fixtures.serve_standin import ServeStandin, serve_standin
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "translator"
+
+
+def app_config(model: str, replicas: int = 1, served: str = "tiny-t5") -> dict[str, Any]:
+    return {
+        "name": APP, "route_prefix": "/", "import_path": "translator.app:build_app",
+        "runtime_env": {"working_dir": "file:///tmp/a.zip"},
+        "args": {"model": model, "served_model_name": served},
+        "deployments": [{"name": "Translator", "num_replicas": replicas, "ray_actor_options": {"num_cpus": 0.5}}],
+    }
+
+
+def whole(app: dict[str, Any]) -> dict[str, Any]:
+    return {"proxy_location": "HeadOnly", "applications": [app]}
+
+
+@pytest.fixture()
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServeStandin]:
+    with serve_standin(monkeypatch, tmp_path, whole(app_config("/store/a"))) as standin:
+        yield standin
+
+
+def state(tmp_path: Path) -> DeploymentState:
+    return DeploymentState(LocalStore(tmp_path / "model-store"), "local", APP)
+
+
+def guard() -> Any:
+    from raylift.operators.guard import RollbackUnprovenOperator
+
+    return RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name=APP)
+
+
+def apply_as_run(serve: ServeStandin, tmp_path: Path, run_id: str, config: dict[str, Any]) -> None:
+    """What the deploy step does: record the snapshot + what it applies, then PUT."""
+    from raylift.targets.local import LocalTarget
+
+    state(tmp_path).begin_apply(run_id, copy.deepcopy(serve.config), config)
+    LocalTarget().apply_serve_config(config)
+
+
+def test_a_benchmark_exception_after_apply_is_rolled_back_to_the_last_good(serve: ServeStandin, tmp_path: Path) -> None:
+    good = copy.deepcopy(serve.config)
+    state(tmp_path).record_good("r0", good)
+    apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
+    # the benchmark raised (not a gate): nothing rolled back yet; the guard runs on one_failed
+    action = guard().execute({"run_id": "r1"})
+    assert "restored app 'translator' from the last good config (run r0)" in action, action
+    assert serve.app(APP) == good["applications"][0]
+    # idempotent: a second guard (or a gate that already rolled back) changes nothing
+    puts = len(serve.puts)
+    assert "nothing to roll back" in guard().execute({"run_id": "r1"})
+    assert len(serve.puts) == puts
+
+
+def test_a_proven_run_and_a_run_that_applied_nothing_are_left_alone(serve: ServeStandin, tmp_path: Path) -> None:
+    apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
+    state(tmp_path).record_good("r1", serve.config)
+    assert "passed its gates" in guard().execute({"run_id": "r1"})
+    assert "applied no config" in guard().execute({"run_id": "r2"})
+    assert serve.app(APP)["args"]["model"] == "/store/b"
+
+
+def test_an_app_changed_by_someone_else_since_is_not_reverted(serve: ServeStandin, tmp_path: Path) -> None:
+    state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
+    apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
+    from raylift.targets.local import LocalTarget
+
+    LocalTarget().apply_serve_config(whole(app_config("/store/c")))  # another writer, after r1
+    assert "no longer runs what run r1 applied" in guard().execute({"run_id": "r1"})
+    assert serve.app(APP)["args"]["model"] == "/store/c"
+
+
+def test_a_changed_served_name_that_failed_later_is_rolled_back(serve: ServeStandin, tmp_path: Path) -> None:
+    good = copy.deepcopy(serve.config)
+    state(tmp_path).record_good("r0", good)
+    apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/a", served="renamed")))
+    assert "restored app" in guard().execute({"run_id": "r1"})
+    assert serve.app(APP)["args"]["served_model_name"] == "tiny-t5"
+    # the next deploy is not wedged by r1: it applies, is recorded good, and the guard leaves it
+    apply_as_run(serve, tmp_path, "r2", whole(app_config("/store/a", served="renamed")))
+    state(tmp_path).record_good("r2", serve.config)
+    assert "passed its gates" in guard().execute({"run_id": "r2"})
+    assert serve.app(APP)["args"]["served_model_name"] == "renamed"
+
+
+@pytest.fixture()
+def non_json_app() -> Iterator[str]:
+    """An app that answers 200 with an HTML page instead of the OpenAI JSON."""
+
+    class Html(JsonHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b"<html>maintenance</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+    with serve_http(Html) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_a_non_json_smoke_answer_rolls_back(serve: ServeStandin, tmp_path: Path, non_json_app: str) -> None:
+    from raylift.operators.smoke import SmokeTestOperator
+
+    good = copy.deepcopy(serve.config)
+    state(tmp_path).record_good("r0", good)
+    apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
+    smoke = SmokeTestOperator(task_id="smoke_test", served_name="tiny-llama", app_name=APP,
+                              deployed={"endpoint": non_json_app, "kind": "llm"})
+    with pytest.raises(SmokeTestError, match="Rolled back: restored app 'translator' from the last good"):
+        smoke.execute({"run_id": "r1"})
+    assert serve.app(APP) == good["applications"][0]
+    assert "nothing to roll back" in guard().execute({"run_id": "r1"})
+
+
+def deploy_op(model: str) -> Any:
+    from raylift.operators.deploy import ServeDeployOperator
+
+    return ServeDeployOperator(
+        task_id="deploy", artifact={"digest": "d", "working_dir": "file:///tmp/a.zip"},
+        model={"model_id": "m", "revision": "r", "uri": model, "manifest_uri": f"{model}/m.json"},
+        served_name="tiny-t5", app_name=APP, serve_config="translator-cpu.yaml", replicas=1, deferrable=False,
+    )
+
+
+class Context(dict):
+    """An Airflow context with an XCom-keeping task instance, enough for the deploy operator."""
+
+    def __init__(self, run_id: str) -> None:
+        xcoms: dict[str, Any] = {}
+
+        class TI:
+            def xcom_push(self, key: str, value: Any) -> None:
+                xcoms[key] = value
+
+            def xcom_pull(self, task_ids: str, key: str) -> Any:
+                return xcoms.get(key)
+
+        super().__init__(run_id=run_id, ti=TI())
+
+
+def test_a_retried_deploy_after_its_worker_died_post_put_keeps_the_first_snapshot(
+    serve: ServeStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raylift.targets.local import LocalTarget
+
+    before = copy.deepcopy(serve.config)
+    died = []
+
+    def die_after_put(self: LocalTarget, **kw: Any) -> Any:
+        died.append(True)
+        raise SystemExit("worker lost")  # the task process ends right after the PUT
+
+    with monkeypatch.context() as m:
+        m.setattr(LocalTarget, "deploy_trigger", die_after_put)
+        with pytest.raises(SystemExit):
+            deploy_op("/store/b").execute(Context("r1"))
+    assert died and serve.app(APP)["args"]["model"] == "/store/b"  # half-applied: new config, never proven
+    # try 2: finishes the rollout; the snapshot is still what served before try 1, not the half-applied one
+    result = deploy_op("/store/b").execute(Context("r1"))
+    assert result["app_name"] == APP and serve.app(APP)["args"]["model"] == "/store/b"
+    assert state(tmp_path).pre_deploy("r1") == before
+    # ...and a failure after it restores what served before the run (no last good yet)
+    assert "from the config that was serving before this run" in guard().execute({"run_id": "r1"})
+    assert serve.app(APP)["args"]["model"] == "/store/a"
+
+
+def test_the_deploy_dag_runs_the_guard_after_any_failure_past_the_deploy() -> None:
+    sys.path.insert(0, str(ROOT / "dags"))
+    import raylift_deploy
+
+    task = raylift_deploy.dag.get_task("rollback_if_unproven")
+    assert task.trigger_rule == "one_failed"
+    assert {"deploy", "smoke_test", "benchmark"} <= task.upstream_task_ids
+    assert "rollback_if_unproven" in raylift_deploy.dag.get_task("fail_run_if_any_failed").upstream_task_ids
