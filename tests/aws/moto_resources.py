@@ -59,6 +59,7 @@ def eks_nodegroups(cluster: str = "ray", groups: dict[str, dict[str, Any]] | Non
             subnets=[subnet],
             instanceTypes=spec["instanceTypes"],
             scalingConfig={"minSize": spec["min"], "maxSize": spec["max"], "desiredSize": spec["desired"]},
+            labels=spec.get("labels", {}),
         )
 
 

@@ -32,3 +32,13 @@ def test_gpus_per_node_from_ec2_instance_types(aws: str) -> None:
     hook = EksNodegroupHook(aws_conn_id="aws_default")
     assert hook.gpus_per_node("g5.12xlarge") == 4
     assert hook.gpus_per_node("m5.large") == 0
+
+
+def test_the_system_node_group_is_never_resized(aws: str) -> None:
+    """Karpenter runs on the system group: scaling it (teardown: to 0) would remove the cluster's controllers."""
+    eks_nodegroups("ray", {"system": {"instanceTypes": ["m7g.2xlarge"], "min": 2, "max": 4, "desired": 2,
+                                      "labels": {"raylift.io/pool": "system"}}})
+    with pytest.raises(ClusterError, match="never resizes it"):
+        EksNodegroupHook(aws_conn_id="aws_default").scale_nodegroup("ray", "system", 0)
+    cfg = boto3.client("eks").describe_nodegroup(clusterName="ray", nodegroupName="system")["nodegroup"]["scalingConfig"]
+    assert cfg["desiredSize"] == 2

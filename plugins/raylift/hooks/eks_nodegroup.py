@@ -19,6 +19,11 @@ class NodegroupScaling:
     desired_size: int
     instance_types: tuple[str, ...]
     status: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# The label terraform (modules/eks_ray) puts on the node group the cluster's own controllers (Karpenter) run on.
+SYSTEM_LABEL = ("raylift.io/pool", "system")
 
 
 class EksNodegroupHook(EksHook):
@@ -43,11 +48,18 @@ class EksNodegroupHook(EksHook):
             desired_size=int(cfg.get("desiredSize", 0)),
             instance_types=tuple(ng.get("instanceTypes") or ()),
             status=ng.get("status", ""),
+            labels=tuple(sorted((ng.get("labels") or {}).items())),
         )
 
     def scale_nodegroup(self, cluster: str, nodegroup: str, desired: int, *, max_size: int | None = None) -> NodegroupScaling:
         """Set desiredSize, widening min/max only as far as needed (EKS requires min <= desired <= max)."""
         now = self.scaling(cluster, nodegroup)
+        if SYSTEM_LABEL in now.labels:
+            raise ClusterError(
+                f"EKS node group {nodegroup!r} is labelled {SYSTEM_LABEL[0]}={SYSTEM_LABEL[1]}: the cluster's own "
+                "controllers (Karpenter) run there, so raylift never resizes it. Point the target at the Ray worker "
+                "node group (terraform output eks_nodegroups)."
+            )
         high = max(max_size if max_size is not None else now.max_size, desired, 1)  # EKS: maxSize >= 1
         low = min(now.min_size, desired)
         self.conn.update_nodegroup_config(
@@ -56,7 +68,7 @@ class EksNodegroupHook(EksHook):
             scalingConfig={"minSize": low, "maxSize": high, "desiredSize": desired},
         )
         self.log.info("EKS node group %s/%s: desired %d (min %d, max %d)", cluster, nodegroup, desired, low, high)
-        return NodegroupScaling(nodegroup, low, high, desired, now.instance_types, now.status)
+        return NodegroupScaling(nodegroup, low, high, desired, now.instance_types, now.status, now.labels)
 
     def gpus_per_node(self, instance_type: str) -> int:
         """GPUs (or Neuron devices) on one ``instance_type``, from EC2 DescribeInstanceTypes."""

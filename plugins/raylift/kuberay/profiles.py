@@ -5,9 +5,11 @@ each pod requests, and which accelerator Ray sees. ``render_rayservice`` turns a
 worker count into ``rayClusterConfig``; ``capacity_needed`` turns it into totals the EKS target
 compares with node-group headroom.
 
-- ``gpu-vllm``: vLLM on NVIDIA A10G/L4 workers (g5/g6), one ``nvidia.com/gpu`` per worker pod.
+- ``gpu-vllm``: vLLM on NVIDIA A10G/L4 workers (g5/g6), one ``nvidia.com/gpu`` per worker pod; the head on
+  an amd64 CPU node (Karpenter pool ``ray-head``).
 - ``graviton``: llama.cpp on Graviton (seed 001): arm64 nodes from the Karpenter pool labelled
-  ``model-inferencing: cpu-arm``, one c7g/c8g.8xlarge per worker pod, CPU only.
+  ``model-inferencing: cpu-arm`` (the managed node group ``graviton`` raylift resizes, or Karpenter's pool),
+  one c7g/c8g.8xlarge per worker pod, CPU only. Never the ``system`` node group Karpenter itself runs on.
 - ``inf2``: vLLM on Inferentia2 (seed 004): TP=8 = 4 Neuron devices (2 cores each) per pod, three
   pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``).
 """
@@ -76,9 +78,14 @@ class NodeProfile:
 
 _HEAD_RAY_PARAMS = {"dashboard-host": "0.0.0.0", "num-cpus": "0"}  # head: control plane, no replicas
 
+# Heads of the amd64 profiles: the terraform EKS example's Karpenter NodePool "ray-head" (small, untainted
+# amd64). Every amd64 node group is tainted for its accelerator, so a head selecting only the arch stayed Pending.
+_AMD64_HEAD_SELECTOR = {"kubernetes.io/arch": "amd64", "karpenter.sh/nodepool": "ray-head"}
+
+# g5.12xlarge / g6.12xlarge (4 GPUs) are the managed node group raylift scales; the smaller ones are Karpenter's.
 _GPU_TYPES = (
-    "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge",
-    "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.8xlarge",
+    "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g5.12xlarge",
+    "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.8xlarge", "g6.12xlarge",
 )  # fmt: skip
 
 PROFILES: dict[str, NodeProfile] = {
@@ -88,7 +95,7 @@ PROFILES: dict[str, NodeProfile] = {
         description="vLLM on g5 (A10G) / g6 (L4) workers, one GPU per worker pod",
         head=PodProfile(
             resources={"cpu": "2", "memory": "8Gi"},
-            node_selector={"kubernetes.io/arch": "amd64"},
+            node_selector=_AMD64_HEAD_SELECTOR,
             ray_start_params=_HEAD_RAY_PARAMS,
         ),
         workers=(
@@ -138,7 +145,7 @@ PROFILES: dict[str, NodeProfile] = {
         description="vLLM on Inferentia2 (inf2.48xlarge), TP=8 over 4 Neuron devices per pod (seed 004)",
         head=PodProfile(
             resources={"cpu": "2", "memory": "8Gi"},
-            node_selector={"kubernetes.io/arch": "amd64"},
+            node_selector=_AMD64_HEAD_SELECTOR,
             ray_start_params=_HEAD_RAY_PARAMS,
         ),
         workers=(

@@ -36,7 +36,7 @@ output "eks_cluster" {
 }
 
 output "eks_nodegroups" {
-  description = "Managed node group names by key (gpu, graviton, inferentia)."
+  description = "Managed node group names by key (gpu, graviton, inferentia, system: never resized by raylift)."
   value       = module.ray.nodegroup_names
 }
 

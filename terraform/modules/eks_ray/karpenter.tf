@@ -1,6 +1,6 @@
 # Karpenter: elastic capacity beyond the managed groups. Its controller gets an IAM role through
-# Pod Identity; its nodes use their own role (with an EC2_LINUX access entry) and two NodePools:
-# NVIDIA GPUs, and Graviton for CPU inference (label model-inferencing=cpu-arm).
+# Pod Identity; its nodes use their own role (with an EC2_LINUX access entry) and three NodePools:
+# NVIDIA GPUs, amd64 Ray heads, and Graviton for CPU inference (label model-inferencing=cpu-arm).
 locals {
   cluster_tag = "kubernetes.io/cluster/${var.name}"
 }
@@ -246,6 +246,18 @@ locals {
         { key = "karpenter.sh/capacity-type", operator = "In", values = ["on-demand"] },
       ]
       limits = { "nvidia.com/gpu" = var.karpenter_gpu_limit }
+    }
+    # Ray heads of the amd64 profiles (gpu-vllm, inf2): a small untainted amd64 node, so a head never
+    # waits for (or keeps alive) an accelerator node, and runs with 0 workers.
+    "ray-head" = {
+      labels = { "raylift.io/pool" = "ray-head" }
+      taints = []
+      requirements = [
+        { key = "karpenter.k8s.aws/instance-family", operator = "In", values = ["m7i", "m6i"] },
+        { key = "kubernetes.io/arch", operator = "In", values = ["amd64"] },
+        { key = "karpenter.sh/capacity-type", operator = "In", values = ["on-demand"] },
+      ]
+      limits = { cpu = var.karpenter_head_cpu_limit }
     }
     graviton = {
       labels = { "model-inferencing" = "cpu-arm" }

@@ -19,7 +19,7 @@ output "cluster_certificate_authority" {
 }
 
 output "nodegroup_names" {
-  description = "Managed node group names by key (gpu, graviton, inferentia)."
+  description = "Managed node group names by key (gpu, graviton, inferentia, system: never resized by raylift)."
   value       = { for key, group in aws_eks_node_group.ray : key => group.node_group_name }
 }
 

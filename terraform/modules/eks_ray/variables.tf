@@ -33,7 +33,7 @@ variable "public_access_cidrs" {
 }
 
 variable "node_groups" {
-  description = "Managed node groups by name: GPU (NVIDIA AMI), Graviton arm64 (system pods, Ray heads) and Inferentia2 (Neuron AMI)."
+  description = "Managed node groups by name: GPU (NVIDIA AMI), system (arm64, cluster controllers; never resized by raylift), Graviton arm64 Ray workers and Inferentia2 (Neuron AMI)."
   type = map(object({
     instance_types = list(string)
     ami_type       = string
@@ -59,7 +59,8 @@ variable "node_groups" {
       labels         = { "raylift.io/accelerator" = "nvidia" }
       taints         = [{ key = "nvidia.com/gpu", value = "true", effect = "NO_SCHEDULE" }]
     }
-    graviton = {
+    # Cluster controllers (Karpenter, CoreDNS, the KubeRay operator). raylift never resizes it.
+    system = {
       instance_types = ["m7g.2xlarge"]
       ami_type       = "AL2023_ARM_64_STANDARD"
       min_size       = 2
@@ -67,6 +68,16 @@ variable "node_groups" {
       desired_size   = 2
       disk_size_gb   = 100
       labels         = { "raylift.io/pool" = "system" }
+    }
+    # Graviton Ray workers (profile graviton: one llama.cpp pod per 8xlarge); raylift resizes it.
+    graviton = {
+      instance_types = ["c7g.8xlarge", "c8g.8xlarge"]
+      ami_type       = "AL2023_ARM_64_STANDARD"
+      min_size       = 0
+      max_size       = 10
+      desired_size   = 0
+      disk_size_gb   = 100
+      labels         = { "model-inferencing" = "cpu-arm" }
     }
     inferentia = {
       instance_types = ["inf2.48xlarge"]
@@ -143,6 +154,12 @@ variable "karpenter_gpu_limit" {
   description = "Most NVIDIA GPUs Karpenter's GPU NodePool may launch in total."
   type        = number
   default     = 16
+}
+
+variable "karpenter_head_cpu_limit" {
+  description = "Most vCPUs Karpenter may launch in the ray-head NodePool (amd64 Ray heads)."
+  type        = number
+  default     = 32
 }
 
 variable "karpenter_graviton_cpu_limit" {
