@@ -94,4 +94,11 @@ def test_report_files(tmp_path: Path) -> None:
     assert json.loads(paths["json"].read_text())["levels"][1]["output_tokens_per_s"] == 300
     page = paths["html"].read_text()
     assert page.count("data:image/png;base64,") == 3 and "TTFT p99" in page
+    assert "Against the last good run" not in page  # no judgement: no section
+    judged = {**result, "judgement": {"verdict": "regressed", "confidence": 0.95, "tolerance": 0.1, "note": "",
+                                      "needed_requests": None, "metrics": [
+        {"metric": "e2e_ms", "concurrency": 4, "verdict": "regressed", "baseline_median": 100.0,
+         "new_median": 131.0, "change": 0.3, "low": 0.2, "high": 0.4, "note": ""}]}}
+    page = write_report(judged, tmp_path / "judged")["html"].read_text()
+    assert "Against the last good run: regressed" in page and "[+20%, +40%]" in page and "e2e_ms" in page
     assert len(format_table(result).splitlines()) == 2 + 3

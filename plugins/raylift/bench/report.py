@@ -129,6 +129,12 @@ def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *,
         for p in images
     )
     profile = html.escape(json.dumps(result.get("profile", {})))
+    judgement = ""
+    if result.get("judgement"):  # the regression gate's verdict per metric and level (raylift.bench.judgement)
+        from raylift.bench.judgement import format_judgement
+
+        judgement = (f'<h2>Against the last good run: {html.escape(str(result["judgement"]["verdict"]))}</h2>\n'
+                     f"<pre>{html.escape(format_judgement(result['judgement']))}</pre>")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}} pre{{background:#f4f4f4;padding:1em}} img{{max-width:100%}}</style>
@@ -138,6 +144,7 @@ def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *,
 started {html.escape(str(result.get("started_at", "")))}</p>
 <p>profile <code>{profile}</code></p>
 <pre>{html.escape(format_table(result))}</pre>
+{judgement}
 {figures}
 </body></html>
 """

@@ -1,0 +1,90 @@
+"""BenchmarkOperator's gates cannot be bypassed: against the stub OpenAI server, with the state in a
+real local model store; only the rollback (a Serve cluster's business, tested on local by
+tests/integration/test_local_pipeline.py) is recorded instead of applied."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raylift.deploy_state import DeploymentState, run_key
+from raylift.errors import GateError
+from raylift.operators.benchmark import BenchmarkOperator
+from raylift.store import LocalStore
+from tests.bench.conftest import stub  # noqa: F401  (the stub server fixture)
+
+CONFIG = {"applications": [{"name": "llm", "args": {"served_model_name": "stub"}}]}
+
+
+class _TI:
+    def xcom_pull(self, task_ids: str, key: str) -> Any:
+        assert (task_ids, key) == ("deploy", "serve_config")
+        return CONFIG
+
+
+@pytest.fixture()
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DeploymentState:
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path))
+    return DeploymentState(LocalStore(tmp_path / "model-store"), "local", "llm")
+
+
+@pytest.fixture()
+def rollbacks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    calls: list[str] = []
+
+    def restore_app(target: Any, state: Any, run_id: str, app_name: str, **_: Any) -> str:
+        calls.append(run_id)
+        return f"restored app {app_name!r} from the last good config"
+
+    monkeypatch.setattr("raylift.rollback.restore_app", restore_app)
+    yield calls
+
+
+def run(url: str, run_id: str, served_name: str = "stub", **kwargs: Any) -> dict[str, Any]:
+    op = BenchmarkOperator(task_id="benchmark", target="local", served_name=served_name,
+                           deployed={"endpoint": url, "kind": "llm"}, concurrency=[1, 4], requests_per_level=16,
+                           **kwargs)
+    return op.execute({"run_id": run_id, "ti": _TI()})
+
+
+def test_all_failed_benchmark_with_one_slo_given_is_rejected_and_rolled_back(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+) -> None:
+    url = stub(fail_every=1)  # every completion answers HTTP 500
+    with pytest.raises(GateError) as exc:
+        run(url, "manual__all_failed", slos={"max_ttft_p99_ms": 500})
+    message = str(exc.value)
+    # the given SLO did not drop the default max_error_rate 0, and the empty levels fail on their own
+    assert "error_rate = 1, SLO limit 0" in message, message
+    assert "every request failed at concurrency 1" in message and "every request failed at concurrency 4" in message
+    assert "Rolled back: restored app 'llm'" in message and rollbacks == ["manual__all_failed"]
+    assert state.last_good() is None  # never recorded as good
+    # even with the error-rate SLO turned off explicitly, nothing that failed every request passes
+    with pytest.raises(GateError, match="every request failed"):
+        run(url, "manual__all_failed_2", slos={"max_ttft_p99_ms": 500, "max_error_rate": None})
+
+
+def test_served_name_change_starts_a_new_baseline_and_last_good_follows_passing_runs(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+) -> None:
+    url = stub(ttft_ms=2, itl_ms=1)
+    first = run(url, "manual__1", served_name="old-name")
+    assert first["judgement"]["verdict"] == "new baseline"
+    assert state.last_good()["benchmark"]["model"] == "old-name"
+    second = run(url, "manual__2")  # the served name changed: no "baseline is for model ..." wedge
+    assert second["judgement"]["verdict"] == "new baseline" and "served model changed" in second["judgement"]["note"]
+    assert state.last_good()["run_id"] == "manual__2"
+    third = run(url, "manual__3")  # same name: judged against the second run's samples
+    assert third["judgement"]["verdict"] in ("pass", "inconclusive"), third["judgement"]
+    assert {m["metric"] for m in third["judgement"]["metrics"]} >= {"ttft_ms", "tpot_ms", "e2e_ms", "error_rate"}
+    assert "samples" not in third["levels"][0]  # the XCom stays small; benchmark.json keeps them
+    saved = state.store.read_json(f"{run_key('manual__3')}/benchmark.json")
+    assert len(saved["levels"][0]["samples"]["e2e_ms"]) == 16 and saved["judgement"] == third["judgement"]
+    assert state.last_good()["run_id"] == "manual__3" and rollbacks == []
+    # strict: an inconclusive judgement fails too (16 requests at a 0 tolerance cannot prove "no worse")
+    with pytest.raises(GateError, match="Release gate failed: .*inconclusive"):
+        run(url, "manual__4", max_regression=0.0, regression_strict=True)
+    assert state.last_good()["run_id"] == "manual__3" and rollbacks == ["manual__4"]
