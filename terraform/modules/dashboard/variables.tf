@@ -15,9 +15,9 @@ variable "metric_namespace" {
 }
 
 variable "benchmark_metrics" {
-  description = "raylift benchmark metrics (dimensions Model, Target, RunId) shown one widget each."
+  description = "raylift benchmark metrics (dimensions Model, Target, RunId) shown one widget each: the names raylift.hooks.cloudwatch publishes."
   type        = list(string)
-  default     = ["TTFTp50", "TTFTp99", "InterTokenLatencyP50", "OutputTokensPerSecond", "ErrorRate"]
+  default     = ["TimeToFirstTokenP50", "TimeToFirstTokenP99", "InterTokenLatencyP50", "OutputTokensPerSecond", "ErrorRate"]
 }
 
 variable "period_seconds" {
