@@ -88,6 +88,15 @@ class AwsTarget(Target):
             hf_conn_id=self.aws.hf_conn_id,
         )
 
+    # -- metrics ---------------------------------------------------------------------------------
+    def publish_benchmark(self, result: dict[str, Any], *, model: str, run_id: str) -> list[str]:
+        """The benchmark's figures as CloudWatch metrics (namespace raylift; dims Model, Target, RunId), which
+        the terraform dashboard (modules/dashboard) shows run after run."""
+        from raylift.hooks.cloudwatch import BenchmarkMetricsHook
+
+        hook = BenchmarkMetricsHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        return hook.publish_benchmark(result, model=model, target=self.name, run_id=run_id)
+
     # -- artifact --------------------------------------------------------------------------------
     def image_uri(self) -> str:
         """``<repo uri>:<content tag>`` for the current checkout (what build_artifact builds or reuses)."""

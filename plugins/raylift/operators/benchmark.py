@@ -117,6 +117,10 @@ class BenchmarkOperator(TargetOperator):
             self.log.warning("regression gate inconclusive (not failing: regression_strict is off); about %s "
                              "requests per level would make it conclusive", judgement.needed_requests)
         state.store.write_json(f"{run_key(run_id)}/benchmark.json", result)
+        try:  # the dashboard's figures (CloudWatch on AWS targets, nothing on local); never blocks the gates
+            self.target_impl.publish_benchmark(result, model=str(self.served_name), run_id=run_id)
+        except Exception:
+            self.log.exception("benchmark metrics not published; the gates still apply")
         try:  # the report is for people; a plotting failure must not stop the gates below
             history = run_history(state.store, run_key(run_id).rsplit("/", 1)[0], result)
             files = write_run_report(state.store, run_key(run_id), result, history=history)

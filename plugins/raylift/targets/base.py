@@ -157,6 +157,11 @@ class Target(ABC):
         for a cluster's first config; what it leaves out comes from the app's config file."""
         return {}
 
+    def publish_benchmark(self, result: dict[str, Any], *, model: str, run_id: str) -> list[str]:
+        """Send a benchmark's figures where this target's dashboard reads them; returns the metric names sent.
+        Nothing here (local: the run record and report are the dashboard); AWS targets publish to CloudWatch."""
+        return []
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
         """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM
         runtime rely on Serve reporting DEPLOY_FAILED (and the deploy rolling back) instead."""
