@@ -48,7 +48,8 @@ def build_record(
             "serve_config_hash": config_hash(config) if config else None,
             "endpoint": (parts.get("deployed") or {}).get("endpoint"),
             "smoke": parts.get("smoke"),
-            "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri")},
+            "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri"),
+                          "judgement": bench.get("judgement")},  # the regression gate's verdict per metric
             "steps": {name: ("done" if value else "missing") for name, value in parts.items()},
         }
     )
