@@ -23,6 +23,11 @@ def test_run_benchmark_result_shape(stub: Callable[..., str]) -> None:
         assert level["requests"] == 8 and level["errors"] == 1 and level["error_rate"] == 0.125
         for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
             assert set(level[metric]) == {"mean", "p25", "p50", "p75", "p90", "p95", "p99"}
+        # each successful request's own numbers, for the regression judgement
+        samples = level["samples"]
+        assert (samples["ok"], samples["errors"]) == (7, 1)
+        assert all(len(samples[m]) == 7 for m in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s"))
+        assert min(samples["ttft_ms"]) >= 2 and min(samples["output_tokens_per_s"]) > 0
     assert result["overall"]["requests"] == 16 and result["overall"]["errors"] == 2
     assert any("concurrency 4: 8/8 requests" in line for line in lines)
     table = format_table(result).splitlines()
