@@ -41,6 +41,8 @@ with DAG(
         model_source="{{ params.model_source }}",
         model_id="{{ params.model_id }}",
         revision="{{ params.revision }}",
+        allow_patterns="{{ params.hub_allow_patterns }}",
+        ignore_patterns="{{ params.hub_ignore_patterns }}",
         **TARGET,
     )
     scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}", **TARGET)

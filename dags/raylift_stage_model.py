@@ -23,7 +23,7 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     render_template_as_native_obj=True,
-    params={**target_params(), **{k: _deploy[k] for k in ("model_source", "model_id", "revision")}},
+    params={**target_params(), **{k: _deploy[k] for k in ("model_source", "model_id", "revision", "hub_allow_patterns", "hub_ignore_patterns")}},
     tags=["raylift"],
     doc_md=__doc__,
 ) as dag:
@@ -32,6 +32,8 @@ with DAG(
         model_source="{{ params.model_source }}",
         model_id="{{ params.model_id }}",
         revision="{{ params.revision }}",
+        allow_patterns="{{ params.hub_allow_patterns }}",
+        ignore_patterns="{{ params.hub_ignore_patterns }}",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
         outlets=[staged_model_alias()],

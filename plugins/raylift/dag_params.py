@@ -41,6 +41,15 @@ def deploy_params() -> dict[str, Param]:
         ),
         "model_id": Param("raylift/tiny-llama", type="string", minLength=1, description="Name in the model store"),
         "revision": Param("", type=["string", "null"], description="Hub revision / tag (empty: default)"),
+        "hub_allow_patterns": Param(
+            None, type=["null", "array"], items={"type": "string"},
+            description="Hub sources: only files matching these globs (null: all), e.g. [\"*.json\", \"*Q4_K_M.gguf\"]",
+        ),
+        "hub_ignore_patterns": Param(
+            None, type=["null", "array"], items={"type": "string"},
+            description="Hub sources: skip files matching these globs. null: skip duplicate weight formats "
+            "(*.bin, *.pth, original/*, *.gguf... when *.safetensors exist); []: take every file",
+        ),
         "served_name": Param(
             "tiny-llama", type="string", pattern=NAME_PATTERN, description="Model name clients send in requests"
         ),

@@ -157,3 +157,18 @@ def test_no_credentials_is_a_clear_error(aws: str, monkeypatch: pytest.MonkeyPat
 def test_unknown_storage_class_is_refused(aws: str) -> None:
     with pytest.raises(StagingError, match="Unknown S3 storage class 'COLD'"):
         S3Uploader("b", storage_class="COLD")
+
+
+def test_s3_source_is_a_folder_streamed_to_disk(bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """s3://b/models/tiny never pulls models/tiny-llama/...; objects are downloaded to files, not read whole."""
+    from raylift.staging import stage_model
+    from raylift.store import LocalStore, S3Store
+
+    for rel, body in {"config.json": b"{}", "model.safetensors": b"\x01" * 2048, "tokenizer.json": b"{}"}.items():
+        s3().put_object(Bucket=bucket, Key=f"src/tiny/{rel}", Body=body)
+    s3().put_object(Bucket=bucket, Key="src/tiny-llama/model.safetensors", Body=b"\x02" * 99)  # a neighbour
+    monkeypatch.setattr(S3Store, "read_bytes", lambda *a: pytest.fail("an S3 model object was read into memory"))
+    staged = stage_model(f"s3://{bucket}/src/tiny", LocalStore(tmp_path / "store"), model_id="m",
+                         cache_dir=tmp_path / "c")
+    assert sorted(staged.files) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert staged.files["model.safetensors"]["size"] == 2048

@@ -59,12 +59,13 @@ def hub_token(hf_conn_id: str) -> str | None:
 
 
 def resolve(
-    source: str, revision: str | None, cache_dir: Path, *, aws_conn_id: str | None, hf_conn_id: str | None
-) -> tuple[Path, str]:
+    source: str, revision: str | None, cache_dir: Path, *, aws_conn_id: str | None, hf_conn_id: str | None,
+    allow_patterns: list[str] | None = None, ignore_patterns: list[str] | None = None,
+) -> tuple[Path, str, frozenset[str] | None]:
     """A local folder with the model, and its revision. Hub tokens are fetched only if anonymous access fails."""
     if is_tarball_url(source):
         folder, sha = fetch_tarball(source, cache_dir)
-        return folder, revision or f"tar-{sha[:12]}"
+        return folder, revision or f"tar-{sha[:12]}", None
     if source.startswith("s3://"):  # a clear error for a source bucket that is missing or not readable
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
@@ -75,15 +76,17 @@ def resolve(
             fix=f"check the 'model_source' param ({source!r}) and that the bucket is in this account/region",
         )
     try:
-        found = resolve_source(source, revision=revision, cache_dir=cache_dir, aws_conn_id=aws_conn_id)
+        found = resolve_source(source, revision=revision, cache_dir=cache_dir, aws_conn_id=aws_conn_id,
+                               allow_patterns=allow_patterns, ignore_patterns=ignore_patterns)
     except ModelSourceError:
         if not (hf_conn_id and _is_hub(source)):
             raise
         log.info("Anonymous hub download of %s failed; retrying with the token of connection %s", source, hf_conn_id)
         found = resolve_source(
-            source, revision=revision, cache_dir=cache_dir, aws_conn_id=aws_conn_id, hf_token=hub_token(hf_conn_id)
+            source, revision=revision, cache_dir=cache_dir, aws_conn_id=aws_conn_id, hf_token=hub_token(hf_conn_id),
+            allow_patterns=allow_patterns, ignore_patterns=ignore_patterns,
         )
-    return found.path, found.revision
+    return found.path, found.revision, found.include
 
 
 def forget_mismatched(uploader: S3Uploader, prefix_key: str) -> int:
@@ -153,12 +156,14 @@ class HashCache:
         tmp.replace(self.path)
 
 
-def model_files(folder: Path) -> dict[str, Path]:
-    """``rel -> path`` of what is staged: as the generic stager, minus ``.cache`` and our own manifest."""
+def model_files(folder: Path, include: frozenset[str] | None = None) -> dict[str, Path]:
+    """``rel -> path`` of what is staged: as the generic stager, minus ``.cache`` and our own manifest
+    (and, for hub sources, only the files the patterns chose)."""
     return {
         safe_key(p.relative_to(folder).as_posix()): p
         for p in sorted(folder.rglob("*"))
         if p.is_file() and ".cache" not in p.relative_to(folder).parts and p.name != MANIFEST_NAME
+        and (include is None or p.relative_to(folder).as_posix() in include)
     }
 
 
@@ -171,6 +176,8 @@ def stage_model_to_s3(
     revision: str | None = None,
     hf_conn_id: str | None = None,
     settings: TransferSettings | None = None,
+    allow_patterns: list[str] | None = None,
+    ignore_patterns: list[str] | None = None,
 ) -> StagedModel:
     """Check identity and bucket, resolve ``source``, upload what changed, verify it all in S3.
 
@@ -188,12 +195,13 @@ def stage_model_to_s3(
     )
     caller_identity(destination.aws_conn_id, destination.region_name, sts_client=uploader.sts_client())
     check_bucket(uploader.client, destination.bucket)
-    folder, resolved_revision = resolve(
-        source, revision, cache_dir, aws_conn_id=destination.aws_conn_id, hf_conn_id=hf_conn_id
+    folder, resolved_revision, include = resolve(
+        source, revision, cache_dir, aws_conn_id=destination.aws_conn_id, hf_conn_id=hf_conn_id,
+        allow_patterns=allow_patterns, ignore_patterns=ignore_patterns,
     )
     hashes = HashCache(cache_dir)
     try:
-        staged = _stage(destination, uploader, hashes, folder, model_id, resolved_revision)
+        staged = _stage(destination, uploader, hashes, folder, model_id, resolved_revision, include)
     finally:
         hashes.save()
     log.info(
@@ -209,9 +217,10 @@ def stage_model_to_s3(
 
 
 def _stage(
-    destination: S3Destination, uploader: S3Uploader, hashes: HashCache, folder: Path, model_id: str, revision: str
+    destination: S3Destination, uploader: S3Uploader, hashes: HashCache, folder: Path, model_id: str, revision: str,
+    include: frozenset[str] | None = None,
 ) -> StagedModel:
-    files = model_files(folder)
+    files = model_files(folder, include)
     if not files:
         raise ModelSourceError(f"Model folder {folder} holds no files to stage.")
     # Hash first (threads; a stat-keyed cache skips unchanged files): the content digest names the folder,

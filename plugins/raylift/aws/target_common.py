@@ -72,8 +72,9 @@ class AwsTarget(Target):
         return open_store(self.state_uri(), aws_conn_id=self.aws.aws_conn_id)
 
     # -- model -----------------------------------------------------------------------------------
-    def stage_model(self, *, source: str, model_id: str, revision: str | None = None) -> StagedModel:
+    def stage_model(self, *, source: str, model_id: str, revision: str | None = None, **patterns: Any) -> StagedModel:
         return stage_model_to_s3(
+            **patterns,  # allow_patterns / ignore_patterns (hub sources)
             source=source,
             model_id=model_id,
             revision=revision,

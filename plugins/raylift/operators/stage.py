@@ -15,18 +15,45 @@ from raylift.targets.base import StagedModel
 
 
 class StageModelOperator(TargetOperator):
-    template_fields = (*TargetOperator.template_fields, "model_source", "model_id", "revision")
+    template_fields = (
+        *TargetOperator.template_fields, "model_source", "model_id", "revision", "allow_patterns", "ignore_patterns",
+    )
 
-    def __init__(self, *, model_source: str, model_id: str, revision: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        model_source: str,
+        model_id: str,
+        revision: str | None = None,
+        allow_patterns: list[str] | None = None,
+        ignore_patterns: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.model_source = model_source
         self.model_id = model_id
         self.revision = revision
+        self.allow_patterns, self.ignore_patterns = allow_patterns, ignore_patterns
+
+    def _patterns(self) -> dict[str, list[str]]:
+        """The hub file filters that were given (a template renders null as None or "None")."""
+        from raylift.errors import RayliftValueError
+
+        given = {}
+        for name in ("allow_patterns", "ignore_patterns"):
+            value = getattr(self, name)
+            if value in (None, "", "None"):
+                continue
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise RayliftValueError(f"hub_{name} must be a list of glob strings, got {value!r}.")
+            given[name] = value
+        return given
 
     def execute(self, context: Any) -> dict[str, Any]:
         watch = Stopwatch()
         staged: StagedModel = self.target_impl.stage_model(
-            source=str(self.model_source), model_id=str(self.model_id), revision=self.revision or None
+            source=str(self.model_source), model_id=str(self.model_id), revision=self.revision or None,
+            **self._patterns(),
         )
         self.log.info(
             "staged %s@%s to %s: %s files copied (%s bytes), %s unchanged, in %s",

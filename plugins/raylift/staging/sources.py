@@ -32,6 +32,11 @@ class ResolvedSource:
     path: Path
     revision: str
     kind: str  # local | s3 | hub
+    # hub: the files the filters chose (the shared download cache may hold more from other runs); None: all
+    include: frozenset[str] | None = None
+
+    def selected(self, rel: str) -> bool:
+        return self.include is None or rel in self.include
 
 
 def check_model_dir(path: Path, source: str) -> None:
@@ -139,8 +144,13 @@ def _from_hub(
             f"Could not download {repo_id!r} from the hub: {type(exc).__name__}: {str(exc)[:200]}. "
             "Check HF_ENDPOINT and network access, or pre-stage the model and pass its path."
         ) from None
+    from huggingface_hub.utils import filter_repo_objects
+
     resolved = Path(path)
-    return ResolvedSource(resolved, revision or resolved.name, "hub")
+    present = [p.relative_to(resolved).as_posix() for p in resolved.rglob("*") if p.is_file()]
+    include = frozenset(filter_repo_objects(present, allow_patterns=allow_patterns or None,
+                                            ignore_patterns=ignore_patterns or None))
+    return ResolvedSource(resolved, revision or resolved.name, "hub", include)
 
 
 def resolve_source(

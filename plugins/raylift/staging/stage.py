@@ -77,7 +77,7 @@ def stage_model(
         p
         for p in resolved.path.rglob("*")
         if p.is_file() and ".cache" not in p.relative_to(resolved.path).parts and p.name != MANIFEST_NAME
-        and TMP_MARK not in p.name
+        and TMP_MARK not in p.name and resolved.selected(p.relative_to(resolved.path).as_posix())
     )
     # Hash everything first: the content digest names the destination folder.
     manifest = Manifest(model_id, resolved.revision, source)

@@ -96,8 +96,17 @@ class Target(ABC):
         """Package serve_apps + runtime requirements; reuse an existing artifact with the same digest."""
 
     @abstractmethod
-    def stage_model(self, *, source: str, model_id: str, revision: str | None = None) -> StagedModel:
-        """Copy the model from ``source`` into the model store; skip files whose checksum matches."""
+    def stage_model(
+        self,
+        *,
+        source: str,
+        model_id: str,
+        revision: str | None = None,
+        allow_patterns: list[str] | None = None,
+        ignore_patterns: list[str] | None = None,
+    ) -> StagedModel:
+        """Copy the model from ``source`` into the model store; skip files whose checksum matches.
+        ``allow_patterns``/``ignore_patterns`` filter hub downloads (None: skip duplicate weight formats)."""
 
     def start_build(self, *, force: bool = False) -> tuple[Artifact, BaseTrigger | None]:
         """Begin the build: the artifact, and a trigger to defer on while it is produced (None: ready now)."""

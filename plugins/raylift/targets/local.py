@@ -23,9 +23,29 @@ class LocalTarget(Target):
 
     name = "local"
 
-    def __init__(self, model_store: str | None = None, settings: LocalSettings | None = None, **_: Any) -> None:
+    OPTIONS = ("model_store", "hf_conn_id", "aws_conn_id")
+
+    def __init__(
+        self,
+        model_store: str | None = None,
+        settings: LocalSettings | None = None,
+        *,
+        hf_conn_id: str | None = None,
+        aws_conn_id: str | None = "aws_default",
+        **unknown: Any,
+    ) -> None:
+        """``target_options`` for local: ``model_store`` (a folder or s3:// prefix), ``hf_conn_id`` (an
+        Airflow connection whose password is the hub token), ``aws_conn_id`` (for s3:// sources/stores).
+        Anything else is refused by name: a typo must not be dropped silently."""
+        if unknown or (settings is not None and not isinstance(settings, LocalSettings)):
+            given = sorted(unknown) + (["settings"] if settings is not None else [])
+            raise RayliftValueError(
+                f"target_options {given} are not options of the local target: use {', '.join(self.OPTIONS)} "
+                "(ports and paths come from RAYLIFT_* environment variables)."
+            )
         self.settings = settings or local_settings()
         self._model_store = model_store or str(self.settings.model_store)
+        self.hf_conn_id, self.aws_conn_id = hf_conn_id, aws_conn_id
         self.cluster = LocalRayCluster(self.settings)
         self.dashboard = RayDashboardHook(self.settings.dashboard_url)
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
@@ -40,9 +60,12 @@ class LocalTarget(Target):
         return Artifact(digest=digest, working_dir=f"file://{path}", reused=reused)
 
     def stage_model(self, *, source: str, model_id: str, revision: str | None = None, **kw: Any) -> StagedModel:
-        store = open_store(self._model_store)
+        from raylift.staging.sources import hub_token_from_connection
+
+        store = open_store(self._model_store, aws_conn_id=self.aws_conn_id)
         return stage_model(
-            source, store, model_id=model_id, revision=revision, cache_dir=self.settings.home / "cache", **kw
+            source, store, model_id=model_id, revision=revision, cache_dir=self.settings.home / "cache",
+            aws_conn_id=self.aws_conn_id, hf_token=hub_token_from_connection(self.hf_conn_id), **kw,
         )
 
     def scale(self, *, workers: int) -> ClusterExpectation:
