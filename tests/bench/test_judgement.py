@@ -64,6 +64,11 @@ def test_three_outcomes_and_how_many_requests_would_decide() -> None:
                        min_requests=8)
     assert few.verdict == "inconclusive" and few.low < 0.1 < few.high and few.needed_requests > 10
     assert "inconclusive" in few.describe() and "[" in few.describe()
+    # tokens/s the same way round: the estimate and the bound facing the limit give the requests needed
+    drop = judge_metric("output_tokens_per_s", 1, _samples(10, 1.05, seed=5, sigma=0.5)["output_tokens_per_s"],
+                        _samples(10, 1.0, seed=6, sigma=0.5)["output_tokens_per_s"], confidence=0.95, tolerance=0.1,
+                        min_requests=8)
+    assert drop.verdict == "inconclusive" and drop.needed_requests > 10
     too_few = judge_metric("e2e_ms", 1, [1.0] * 5, [1.0] * 20, confidence=0.95, tolerance=0.1, min_requests=8)
     assert too_few.verdict == "inconclusive" and too_few.needed_requests == 8
 

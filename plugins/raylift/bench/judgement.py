@@ -152,7 +152,7 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
     if metric in LOWER_IS_WORSE:
         limit = 1 / (1 + tolerance) - 1
         bad, good = high < limit, low >= limit
-        facing = low if change < limit else high
+        facing = high if change < limit else low  # the bound that must clear the limit for a verdict
     else:
         limit = tolerance
         bad, good = low > limit, high <= limit
