@@ -37,11 +37,13 @@ def restore_app(
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
         action = f"removed app {app_name!r} (it had no earlier good version: {source})"
     if app is not None and new_version_running:
-        event = apply_with_surge(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S)
+        event = apply_with_surge(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S, read=current)
         if event.get("status") != "success":
             action += f" (but it is not RUNNING yet: {event.get('message', event.get('status'))})"
     else:
-        target.apply_serve_config(restored)
+        from raylift.serve_writer import write_serve_config
+
+        write_serve_config(target, restored, read=current)
     log.warning("rollback: %s", action)
     return action
 

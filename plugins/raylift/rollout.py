@@ -101,10 +101,12 @@ def surge_config(
 def settle(target: Target, final: dict[str, Any], app_name: str) -> None:
     """After a surged rollout is RUNNING: apply ``app_name`` as finally configured (a lightweight
     update that gracefully stops the surplus replicas), keeping whatever else runs now."""
+    from raylift.serve_writer import update_serve_config
+
     app = app_by_name(final, app_name)
     if app is None:
         return
-    target.apply_serve_config(merge_app(target.current_serve_config(), app, defaults=final))
+    update_serve_config(target, lambda current: merge_app(current, app, defaults=final))
     log.info("rollout: app %r back to its configured replica count after a start-before-stop update", app_name)
 
 
@@ -122,14 +124,19 @@ def wait_for_apps(target: Target, app_names: list[str], timeout_s: float) -> dic
 
 
 def apply_with_surge(
-    target: Target, config: dict[str, Any], app_name: str, *, timeout_s: float, extra: int = ROLLOUT_SURGE_REPLICAS
+    target: Target, config: dict[str, Any], app_name: str, *, timeout_s: float, extra: int = ROLLOUT_SURGE_REPLICAS,
+    read: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Apply ``config`` start-before-stop and wait until ``app_name`` is RUNNING (blocking).
+    """Apply ``config`` (built from ``read``, the cluster's config the caller read) start-before-stop and
+    wait until ``app_name`` is RUNNING (blocking); refused if the cluster's config changed since ``read``.
 
     Returns the trigger's event; on failure the surged config stays applied, so the caller decides
     what to restore (the old replicas were never stopped)."""
-    surged = surge_config(target.current_serve_config(), config, app_name, extra=extra)
-    target.apply_serve_config(surged or config)
+    from raylift.serve_writer import write_serve_config
+
+    read = target.current_serve_config() if read is None else read
+    surged = surge_config(read, config, app_name, extra=extra)
+    write_serve_config(target, surged or config, read=read)
     event = wait_for_apps(target, [app_name], timeout_s)
     if surged is not None and event.get("status") == "success":
         settle(target, config, app_name)

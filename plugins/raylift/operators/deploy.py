@@ -131,7 +131,10 @@ class ServeDeployOperator(TargetOperator):
                 self.app_name,
             )
         surged = surge_config(earlier if earlier is not None else current, config, str(self.app_name))
-        target.apply_serve_config(surged or config)
+        from raylift.serve_writer import write_serve_config
+
+        # under the cluster's lock, and only if nobody changed the cluster's config since it was read
+        write_serve_config(target, surged or config, read=current)
         self.log.info(
             "submitted Serve config %s (app %r, %s app(s) in total%s) in %s; waiting for RUNNING",
             config_hash(config)[:12], self.app_name, len(config["applications"]),

@@ -1,0 +1,140 @@
+"""Undeploy one app (the others stay exactly as they were) and one writer per cluster (Serve REST stand-in)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raylift.serve_config import merge_app
+from raylift.serve_writer import ServeConfigConflictError, cluster_lock, update_serve_config, write_serve_config
+from raylift.targets.local import LocalTarget
+from tests.fixtures.serve_standin import ServeStandin, serve_standin
+from tests.operators.test_rollback_guard import Context, app_config, deploy_op
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def named(name: str, prefix: str) -> dict[str, Any]:
+    return app_config(f"/store/{name}") | {"name": name, "route_prefix": prefix}
+
+
+@pytest.fixture()
+def two_apps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServeStandin]:
+    initial = {"proxy_location": "HeadOnly", "applications": [named("llm", "/"), named("chat", "/chat")]}
+    with serve_standin(monkeypatch, tmp_path, initial) as standin:
+        yield standin
+
+
+def undeploy(app: str) -> dict[str, Any]:
+    from raylift.operators.cluster import UndeployAppOperator
+
+    return UndeployAppOperator(task_id="undeploy_app", app_name=app, timeout_s=10).execute({})
+
+
+def test_undeploy_removes_one_app_and_keeps_the_other_as_it_was(two_apps: ServeStandin) -> None:
+    chat = copy.deepcopy(two_apps.app("chat"))
+    assert undeploy("llm") == {"app_name": "llm", "removed": True, "remaining": ["chat"]}
+    assert two_apps.app("llm") is None and two_apps.app("chat") == chat
+    assert two_apps.config["proxy_location"] == "HeadOnly"
+    assert undeploy("llm") == {"app_name": "llm", "removed": False}  # idempotent
+    assert len(two_apps.puts) == 1
+
+
+def test_the_undeploy_dag_names_its_app() -> None:
+    sys.path.insert(0, str(ROOT / "dags"))
+    import raylift_undeploy
+
+    task = raylift_undeploy.dag.get_task("undeploy_app")
+    assert task.app_name == "{{ params.app_name }}" and "app_name" in raylift_undeploy.dag.params
+
+
+def test_a_write_built_on_a_stale_read_is_refused_naming_the_change(two_apps: ServeStandin) -> None:
+    target = LocalTarget()
+    read = target.current_serve_config()
+    # another writer deploys a third app in between (a second app's deploy, a hand `serve deploy`)
+    target.apply_serve_config(merge_app(read, named("embed", "/embed"), defaults=read))
+    mine = merge_app(read, app_config("/store/new") | {"name": "llm"}, defaults=read)
+    with pytest.raises(ServeConfigConflictError, match=r"app 'embed' added.*nothing was applied"):
+        write_serve_config(target, mine, read=read)
+    assert {a["name"] for a in two_apps.config["applications"]} == {"llm", "chat", "embed"}
+    assert two_apps.app("llm")["args"]["model"] == "/store/llm"
+
+
+def test_a_deploy_racing_another_writer_fails_naming_the_conflict_and_reverts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    initial = {"proxy_location": "HeadOnly", "applications": [app_config("/store/a")]}
+    with serve_standin(monkeypatch, tmp_path, initial) as serve:
+        import raylift.operators.deploy as deploy_mod
+
+        real_check = deploy_mod.ServeDeployOperator.check_fit
+
+        def check_then_other_writer(self: Any, app: dict, current: dict) -> None:
+            real_check(self, app, current)  # while this deploy validates, another app is deployed
+            LocalTarget().apply_serve_config(merge_app(current, named("chat", "/chat"), defaults=current))
+
+        monkeypatch.setattr(deploy_mod.ServeDeployOperator, "check_fit", check_then_other_writer)
+        with pytest.raises(ServeConfigConflictError, match="app 'chat' added"):
+            deploy_op("/store/b").execute(Context("r1"))
+        assert {a["name"] for a in serve.config["applications"]} == {"translator", "chat"}
+        assert serve.app("translator")["args"]["model"] == "/store/a"
+        # and the rollback guard does not undo the other writer's app either
+        from tests.operators.test_rollback_guard import guard
+
+        assert "nothing to roll back" in guard().execute({"run_id": "r1"})
+        assert serve.app("chat") is not None
+
+
+def test_writers_take_turns_on_the_cluster_lock_so_both_apps_stay(two_apps: ServeStandin) -> None:
+    target = LocalTarget()
+    inside = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def slow_writer() -> None:
+        def change(current: dict) -> dict:
+            inside.set()
+            release.wait(10)
+            order.append("first")
+            return merge_app(current, named("a1", "/a1"), defaults=current)
+
+        update_serve_config(target, change)
+
+    t = threading.Thread(target=slow_writer)
+    t.start()
+    inside.wait(10)
+    second = threading.Thread(target=lambda: (update_serve_config(
+        target, lambda cur: (order.append("second"), merge_app(cur, named("a2", "/a2"), defaults=cur))[1])))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and order == []  # waits for the lock
+    release.set()
+    t.join(10)
+    second.join(10)
+    assert order == ["first", "second"]
+    assert {a["name"] for a in two_apps.config["applications"]} == {"llm", "chat", "a1", "a2"}
+
+
+def test_a_stuck_lock_holder_is_named_after_the_wait(two_apps: ServeStandin) -> None:
+    target = LocalTarget()
+    with cluster_lock(target):
+        failed: list[Exception] = []
+
+        def other() -> None:
+            try:
+                with cluster_lock(target, wait_s=0.5):
+                    pass
+            except ServeConfigConflictError as exc:
+                failed.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(5)
+    assert failed and "held the Serve config lock" in str(failed[0])
+
