@@ -51,3 +51,19 @@ def test_missing_dockerfile_is_named(tmp_path: Path) -> None:
     root = checkout(tmp_path)
     with pytest.raises(BuildError, match="'images/other/Dockerfile' is missing"):
         image_content_digest(root, "other")
+
+
+def test_copy_sources_and_platform_come_from_the_dockerfile(tmp_path: Path) -> None:
+    from raylift.aws.content import build_context_files, build_context_zip, copy_sources, image_platform
+
+    text = ("FROM rayproject/ray:2.60.0-py311-aarch64 AS build\nCOPY --from=build /w /w\n"
+            "COPY --chown=ray:users requirements/runtime.lock \\\n  # a comment\n  extra.txt ./\n")
+    assert copy_sources(text) == ["requirements/runtime.lock", "extra.txt"]
+    root = checkout(tmp_path)
+    (root / "images/ray-vllm/Dockerfile").write_text(text)
+    (root / "extra.txt").write_text("x")
+    assert image_platform(root, "ray-vllm") == "linux/arm64"
+    assert "extra.txt" in build_context_files(root, "ray-vllm")
+    first, digest = build_context_zip(root, "ray-vllm", tmp_path / "a")
+    again, _ = build_context_zip(root, "ray-vllm", tmp_path / "b")
+    assert first.read_bytes() == again.read_bytes() and first.name == f"{digest}.zip"  # deterministic

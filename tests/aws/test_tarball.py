@@ -129,5 +129,6 @@ def test_tarball_source_staged_to_s3(cdn: tuple[Cdn, str], aws: str, tmp_path: P
     )
     assert staged.revision.startswith("tar-") and staged.copied_files == 2
     assert "secret" not in str(staged.to_xcom())
-    key = f"models/mistral/{staged.revision}/model.safetensors"
+    assert staged.uri.startswith(f"s3://models/models/mistral/{staged.revision}/")  # + the content folder
+    key = f"{staged.uri.removeprefix('s3://models/')}/model.safetensors"
     assert boto3.client("s3").head_object(Bucket="models", Key=key)["ContentLength"] == 4096

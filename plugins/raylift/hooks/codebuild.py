@@ -116,14 +116,22 @@ class CodeBuildHook(AwsBaseHook):
         dockerfile: str,
         build_context: str = ".",
         source_version: str | None = None,
+        source_location: str | None = None,
+        platform: str | None = None,
     ) -> str:
-        """StartBuild with the image coordinates as env overrides; returns the build id."""
+        """StartBuild with the image coordinates as env overrides; returns the build id.
+
+        :param source_location: ``<bucket>/<key>`` of the build-context zip raylift uploaded for this build.
+        :param platform: ``docker build --platform`` (e.g. ``linux/arm64``; buildspec's DOCKER_PLATFORM).
+        """
         env = {
             "IMAGE_REPO_URI": image_repo_uri,
             "IMAGE_TAG": image_tag,
             "DOCKERFILE": dockerfile,
             "BUILD_CONTEXT": build_context,
         }
+        if platform:
+            env["DOCKER_PLATFORM"] = platform
         kwargs: dict[str, Any] = {
             "projectName": project,
             "environmentVariablesOverride": [
@@ -132,6 +140,9 @@ class CodeBuildHook(AwsBaseHook):
         }
         if source_version:
             kwargs["sourceVersion"] = source_version
+        if source_location:
+            kwargs["sourceTypeOverride"] = "S3"
+            kwargs["sourceLocationOverride"] = source_location
         from botocore.exceptions import ClientError
 
         try:

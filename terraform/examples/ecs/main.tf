@@ -34,17 +34,18 @@ module "ray" {
 }
 
 module "airflow_iam" {
-  source                   = "../../modules/airflow_iam"
-  name                     = "${var.name}-airflow"
-  model_bucket_arn         = module.model_bucket.bucket_arn
-  model_bucket_kms_key_arn = module.model_bucket.kms_key_arn
-  codebuild_project_arn    = module.image_pipeline.codebuild_project_arn
-  ecr_repository_arn       = module.image_pipeline.repository_arn
-  ecs_enabled              = true
-  ecs_service_arns         = module.ray.service_arns
-  cloudmap_namespace_name  = module.ray.cloudmap_namespace_name
-  role_trusted_services    = var.airflow_trusted_services
-  attach_to_role_names     = var.airflow_existing_role_names
+  source                      = "../../modules/airflow_iam"
+  name                        = "${var.name}-airflow"
+  model_bucket_arn            = module.model_bucket.bucket_arn
+  model_bucket_kms_key_arn    = module.model_bucket.kms_key_arn
+  codebuild_project_arn       = module.image_pipeline.codebuild_project_arn
+  codebuild_arm64_project_arn = module.image_pipeline.codebuild_arm64_project_arn
+  ecr_repository_arn          = module.image_pipeline.repository_arn
+  ecs_enabled                 = true
+  ecs_service_arns            = module.ray.service_arns
+  cloudmap_namespace_name     = module.ray.cloudmap_namespace_name
+  role_trusted_services       = var.airflow_trusted_services
+  attach_to_role_names        = var.airflow_existing_role_names
 }
 
 module "dashboard" {

@@ -14,7 +14,7 @@ data "aws_iam_policy_document" "airflow" {
   statement {
     sid       = "BuildImage"
     actions   = ["codebuild:StartBuild", "codebuild:BatchGetBuilds"]
-    resources = [var.codebuild_project_arn]
+    resources = compact([var.codebuild_project_arn, var.codebuild_arm64_project_arn])
   }
 
   statement {

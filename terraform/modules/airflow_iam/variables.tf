@@ -18,6 +18,12 @@ variable "codebuild_project_arn" {
   type        = string
 }
 
+variable "codebuild_arm64_project_arn" {
+  description = "The arm64 CodeBuild project raylift starts for Graviton images (null: none)."
+  type        = string
+  default     = null
+}
+
 variable "ecr_repository_arn" {
   description = "ECR repository raylift checks for an existing image tag."
   type        = string

@@ -22,3 +22,18 @@ output "codebuild_project_arn" {
   description = "CodeBuild project ARN."
   value       = aws_codebuild_project.image.arn
 }
+
+output "codebuild_arm64_project_name" {
+  description = "CodeBuild project for arm64 images (raylift starts <codebuild_project>-arm64 for them)."
+  value       = aws_codebuild_project.image_arm64.name
+}
+
+output "codebuild_arm64_project_arn" {
+  description = "ARN of the arm64 CodeBuild project."
+  value       = aws_codebuild_project.image_arm64.arn
+}
+
+output "source_prefix" {
+  description = "Key prefix in the source bucket under which raylift uploads build-context zips."
+  value       = var.source_prefix
+}

@@ -54,6 +54,18 @@ variable "build_image" {
   default     = "aws/codebuild/amazonlinux2-x86_64-standard:5.0"
 }
 
+variable "arm64_build_image" {
+  description = "CodeBuild managed arm64 image of the <name>-arm64 project (Graviton images build natively)."
+  type        = string
+  default     = "aws/codebuild/amazonlinux-aarch64-standard:3.0"
+}
+
+variable "arm64_compute_type" {
+  description = "Compute type of the arm64 project (ARM_CONTAINER takes BUILD_GENERAL1_SMALL or _LARGE)."
+  type        = string
+  default     = "BUILD_GENERAL1_LARGE"
+}
+
 variable "build_timeout_minutes" {
   description = "Upper bound of one image build."
   type        = number
