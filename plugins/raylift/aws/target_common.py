@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raylift.artifact import PackageInputs, build_package
-from raylift.aws.content import RUNTIME_LOCK, image_content_digest, image_tag
+from raylift.aws.content import (
+    ARM64, RUNTIME_LOCK, image_content_digest, image_platform, image_tag, upload_build_context,
+)
 from raylift.aws.model_staging import S3Destination, stage_model_to_s3
 from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
 from raylift.errors import RayliftValueError
@@ -36,6 +38,8 @@ class AwsOptions:
     ecr_repository: str = "ray-vllm"
     image_name: str = "ray-vllm-gpu"  # images/<image_name>/Dockerfile
     codebuild_project: str = "raylift-image"
+    codebuild_project_arm64: str | None = None  # arm64 images (None: "<codebuild_project>-arm64", as terraform names it)
+    build_context_prefix: str = "build-context"  # terraform image_pipeline's source_prefix
     build_poll_interval_s: float = 15.0
     build_timeout_s: float = 3600.0
 
@@ -143,12 +147,23 @@ class AwsTarget(Target):
         if not force and ecr.image_tag_exists(self.aws.ecr_repository, tag):
             log.info("Image %s already in ECR: build skipped", image)
             return ImageBuild(Artifact(digest=digest, working_dir=working_dir, image=image, reused=True), None)
+        # the context CodeBuild builds from, at a key named by the same digest as the tag
+        source = upload_build_context(
+            self._s3_client(), self.root, self.aws.image_name, bucket=self.aws.bucket,
+            prefix=self.aws.build_context_prefix, cache_dir=local_settings().home / "cache" / "build-context",
+        )
+        platform = image_platform(self.root, self.aws.image_name)
+        project = self.aws.codebuild_project
+        if platform == ARM64:  # built natively on the arm64 project (no emulation)
+            project = self.aws.codebuild_project_arm64 or f"{project}-arm64"
         build_id = CodeBuildHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name).start_image_build(
-            self.aws.codebuild_project,
+            project,
             image_repo_uri=repo_uri,
             image_tag=tag,
             dockerfile=f"images/{self.aws.image_name}/Dockerfile",
             build_context=".",
+            source_location=source,
+            platform=platform,
         )
         return ImageBuild(Artifact(digest=digest, working_dir=working_dir, image=image, reused=False), build_id)
 
