@@ -138,3 +138,19 @@ def test_a_stuck_lock_holder_is_named_after_the_wait(two_apps: ServeStandin) -> 
         t.join(5)
     assert failed and "held the Serve config lock" in str(failed[0])
 
+
+
+def test_a_code_update_whose_surge_does_not_fit_is_refused_before_anything_is_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raylift.errors import ServeFitError
+
+    initial = {"proxy_location": "HeadOnly", "applications": [app_config("/store/a")]}
+    with serve_standin(monkeypatch, tmp_path, initial) as serve:
+        serve.cpus = 0.5  # room for the one 0.5-CPU replica, not for a second beside it
+        with pytest.raises(ServeFitError, match=r"CPU.*surge replica.*RAYLIFT_ROLLOUT_SURGE=0"):
+            deploy_op("/store/b").execute(Context("r1"))
+        assert serve.puts == [] and serve.app("translator")["args"]["model"] == "/store/a"
+        serve.cpus = 1.0  # with room for the surge it deploys
+        assert deploy_op("/store/b").execute(Context("r2"))["app_name"] == "translator"
+        assert serve.app("translator")["args"]["model"] == "/store/b"

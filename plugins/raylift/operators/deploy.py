@@ -106,6 +106,27 @@ class ServeDeployOperator(TargetOperator):
         for warning in report.warnings:
             self.log.warning("%s", warning)
 
+    def check_fit_with_surge(self, app: dict[str, Any], current: dict[str, Any]) -> None:
+        """The fit check, counting the surge replica a start-before-stop code update needs at its peak
+        (the old replicas run until the new ones do): refused before anything is applied when it does not fit."""
+        from raylift.config import ROLLOUT_SURGE_REPLICAS
+        from raylift.errors import ServeFitError
+        from raylift.rollout import restarts_replicas, with_surge
+        from raylift.serve_config import app_by_name
+
+        old = app_by_name(current, str(self.app_name))
+        if ROLLOUT_SURGE_REPLICAS <= 0 or not restarts_replicas(old, app):
+            return self.check_fit(app, current)
+        try:
+            self.check_fit(with_surge(app, ROLLOUT_SURGE_REPLICAS), current)
+        except ServeFitError as exc:
+            raise ServeFitError(
+                f"{exc} (This is a code update of a running app, so it rolls out start-before-stop with "
+                f"{ROLLOUT_SURGE_REPLICAS} surge replica(s) running beside the old ones; that peak is what does "
+                "not fit. Add a worker, lower replicas, or set RAYLIFT_ROLLOUT_SURGE=0 for stop-before-start, "
+                "which leaves the app without a serving replica while each new one loads its model.)"
+            ) from None
+
     def execute(self, context: Any) -> Any:
         from raylift.rollout import surge_config
         from raylift.serve_config import app_kind, config_hash, merge_app
@@ -114,7 +135,7 @@ class ServeDeployOperator(TargetOperator):
         app = self.render()
         target = self.target_impl
         current = target.current_serve_config()
-        self.check_fit(app, current)
+        self.check_fit_with_surge(app, current)
         if app_kind(app).vllm:
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
         defaults = {**self._base, **target.serve_cluster_options()}
