@@ -67,7 +67,7 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
     ours = app_by_name(applied["config"], app_name)
     saved, source = state.rollback_config(run_id)
     back = app_by_name(saved, app_name) if saved else None
-    if now == back:
+    if _same_app(now, back):
         return f"nothing to roll back: app {app_name!r} already runs the {source}"
     if now is None and back is None:
         return f"nothing to roll back: app {app_name!r} is not deployed, as before run {run_id}"
@@ -76,6 +76,22 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
                     app_name, run_id)
         return f"not rolled back: app {app_name!r} no longer runs what run {run_id} applied (changed since)"
     return restore_app(target, state, run_id, app_name, new_version_running=True)
+
+
+def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Equal, or the same code version with the same replica counts (however Serve echoes the config)."""
+    from raylift.rollout import restarts_replicas
+
+    if a == b:
+        return True
+    if a is None or b is None or restarts_replicas(a, b):
+        return False
+
+    def counts(app: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return sorted((str(d.get("name")), d.get("num_replicas"), repr(d.get("autoscaling_config")))
+                      for d in app.get("deployments", []))
+
+    return counts(a) == counts(b)
 
 
 def wait_running(dashboard: RayDashboardHook, app_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
