@@ -78,6 +78,10 @@ class LocalRayCluster:
         env["PATH"] = f"{runtime_bin}:{env.get('PATH', '')}"
         for var in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
             env.pop(var, None)  # the runtime venv must not see the Airflow venv's packages
+        # Ray 2.60 turns token auth on by itself when ~/.ray/auth_token exists (any ray.init() on this
+        # machine writes one), and the dashboard then answers 401 to raylift: the local stack's auth mode is
+        # a decision, not an accident of that file. RAY_AUTH_MODE=token (with RAY_AUTH_TOKEN) is honoured.
+        env.setdefault("RAY_AUTH_MODE", "disabled")
         env.update(
             {
                 "RAY_USAGE_STATS_ENABLED": "0",
