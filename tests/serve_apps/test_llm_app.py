@@ -15,7 +15,8 @@ from tests.serve_apps.models import run_in_runtime
 
 DRIVER = r"""
 import json, sys
-from llm.app import VLLM_API, LLMArgs, vllm_api, vllm_namespace
+from llm.app import LLMArgs
+from llm.vllm_options import VLLM_API, vllm_api, vllm_namespace
 
 out = {"pinned": {}, "refused": {}}
 for name, path in VLLM_API.items():

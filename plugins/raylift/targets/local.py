@@ -114,10 +114,31 @@ class LocalTarget(Target):
         return self.settings.serve_url
 
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
-        """Ask vLLM (in the runtime env) whether it accepts ``engine_args`` for this model, in seconds."""
+        """Ask vLLM (in the runtime env) whether it accepts ``engine_args`` for this model, in seconds.
+
+        A fresh runtime Python importing vLLM is ~20 s of a deploy, so an accepted verdict is kept per
+        hash of what decides it (the args, the model's config files, the installed vLLM and the check's
+        own code) under ``<RAYLIFT_HOME>/checks/engine-args``: a redeploy of the same model and args
+        skips it. Refusals are not kept (they come back in seconds and name the field)."""
+        import hashlib
+        from pathlib import Path
+
+        apps = repo_root() / SERVE_APPS_DIR_NAME
+        digest = hashlib.sha256(json.dumps(engine_args, sort_keys=True).encode())
+        model = Path(model_path)
+        for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
+            f = model / name
+            digest.update(name.encode() + (f.read_bytes() if f.is_file() else b"-"))
+        site = sorted(Path(self.settings.runtime_python).parent.parent.glob("lib/python3*/site-packages"))
+        digest.update(" ".join(sorted(p.name for s in site for p in s.glob("vllm*.dist-info"))).encode())
+        for code in ("llm/check_args.py", "llm/vllm_options.py"):
+            digest.update((apps / code).read_bytes() if (apps / code).is_file() else b"-")
+        cached = self.settings.home / "checks" / "engine-args" / f"{digest.hexdigest()}.json"
+        if model.is_dir() and cached.is_file():
+            return
         proc = subprocess.run(
             [str(self.settings.runtime_python), "-m", "llm.check_args", model_path, json.dumps(engine_args)],
-            cwd=repo_root() / SERVE_APPS_DIR_NAME,
+            cwd=apps,
             capture_output=True,
             text=True,
             timeout=300,
@@ -129,6 +150,9 @@ class LocalTarget(Target):
         if not verdict["ok"]:
             field = f" (field {verdict['field']!r})" if verdict.get("field") else ""
             raise RayliftValueError(f"vLLM rejects engine_args{field}: {verdict['error'][:500]}")
+        if model.is_dir():  # a local folder: its config files are in the hash
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps({"model": model_path, "engine_args": engine_args, **verdict}))
 
     def teardown(self) -> None:
         self.cluster.stop()

@@ -1,0 +1,38 @@
+"""The local target's engine-args check (vLLM in the runtime env, ~20 s a call) runs once per hash of
+what decides it: the args, the model's config files, the installed vLLM and the check's code."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from raylift.errors import RayliftValueError
+from tests.fixtures.local_stack import tiny_model_path
+
+
+def test_an_accepted_check_is_kept_and_anything_that_changes_it_runs_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raylift.targets import get_target
+
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_path(), model)
+    target = get_target("local")
+    timings = {}
+    for label, args in (("first", {"max_model_len": 512}), ("again", {"max_model_len": 512})):
+        started = time.monotonic()
+        target.validate_engine_args(str(model), args)
+        timings[label] = time.monotonic() - started
+    assert timings["again"] < 1.0 < timings["first"], timings
+    assert len(list((tmp_path / "home/checks/engine-args").glob("*.json"))) == 1
+    # a changed model config is checked again, and vLLM still refuses what it refuses
+    config = model / "config.json"
+    config.write_text(config.read_text().replace('"max_position_embeddings": 2048', '"max_position_embeddings": 256'))
+    with pytest.raises(RayliftValueError, match="max_model_len"):
+        target.validate_engine_args(str(model), {"max_model_len": 512})
+    with pytest.raises(RayliftValueError, match="field 'max_model_lenn'"):
+        target.validate_engine_args(str(model), {"max_model_lenn": 512})
