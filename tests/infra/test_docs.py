@@ -12,7 +12,7 @@ DOC = (ROOT / "docs/infrastructure.md").read_text()
 
 def test_sections() -> None:
     headings = re.findall(r"^## (.+)$", DOC, re.MULTILINE)
-    assert headings == ["Run on AWS ECS", "Run on EKS", "Run the stack with Docker Compose"]
+    assert headings == ["Run on AWS ECS", "Run on EKS", "Ray's control plane", "Run the stack with Docker Compose"]
 
 
 def test_named_paths_exist() -> None:

@@ -146,21 +146,39 @@ def test_ecr_keeps_last_ten_images_and_codebuild_builds_privileged() -> None:
     assert names == {"IMAGE_REPO_URI", "IMAGE_TAG", "DOCKERFILE", "BUILD_CONTEXT"}
 
 
-def test_ray_ports_open_only_to_the_vpc() -> None:
+def test_ray_control_plane_is_open_only_to_airflow_and_ray_itself() -> None:
+    """Serve is open to the VPC; the dashboard / Jobs API and GCS only to the Airflow workers' security groups
+    (and the Ray nodes' own group); the tasks run Ray's token auth with the token from Secrets Manager."""
     ecs = _load("modules/ecs_ray")
-    rules = [
-        body
+    rules = {
+        unquote(name): body
         for doc in ecs.docs.values()
         for entry in doc.get("resource", [])
         for label, named in entry.items()
         if unquote(label) == "aws_vpc_security_group_ingress_rule"
-        for body in named.values()
-    ]
-    from_vpc = {r["from_port"] for r in rules if r.get("cidr_ipv4") == "${var.vpc_cidr}"}
-    assert from_vpc == {"${each.value}"}
-    assert all("cidr_ipv4" not in r or r["cidr_ipv4"] == "${var.vpc_cidr}" for r in rules)
-    ports = ecs.variables["ray_ports_open_to_vpc"]["default"]
-    assert sorted(ports.values()) == [6379, 8000, 8265]
+        for name, body in named.items()
+    }
+    assert set(rules) == {"serve_from_vpc", "control_plane_from_airflow", "ray_between_nodes"}
+    assert [r for r in rules.values() if "cidr_ipv4" in r] == [rules["serve_from_vpc"]]
+    assert rules["serve_from_vpc"]["from_port"] == '${var.ray_ports["serve"]}'
+    assert rules["control_plane_from_airflow"]["referenced_security_group_id"] == "${each.value[1]}"
+    assert '["dashboard", "gcs"]' in rules["control_plane_from_airflow"]["for_each"].replace("'", '"')
+    assert rules["ray_between_nodes"]["referenced_security_group_id"] == "${aws_security_group.ray.id}"
+    assert sorted(ecs.variables["ray_ports"]["default"].values()) == [6379, 8000, 8265]
+    tasks = (TERRAFORM / "modules/ecs_ray/tasks.tf").read_text()
+    assert '{ name = "RAY_AUTH_MODE", value = "token" }' in tasks
+    assert 'secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_auth.arn }]' in tasks
+    example = _load("examples/ecs")
+    assert "control_plane_security_group_ids" in example.calls["ray"].inputs
+
+
+def test_kuberay_pods_get_a_network_policy_and_a_token_secret() -> None:
+    eks = _load("modules/eks_ray")
+    policy = _resource(eks, "kubernetes_network_policy_v1", "ray_control_plane")["spec"][0]
+    open_to_all = [rule for rule in policy["ingress"] if "from" not in rule]
+    assert [[p["port"] for p in rule["ports"]] for rule in open_to_all] == [['"8000"']]  # only Serve
+    assert {"kubernetes_secret_v1.ray_auth", "random_password.ray_auth"} <= eks.resources
+    assert unquote(eks.variables["kuberay_operator_version"]["default"]) >= "1.5.1"
 
 
 # -- checkov -------------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ from tests.infra.terraform_model import TerraformModule
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools/tf_outputs_to_airflow.py"
 
+# Outputs naming where the Ray auth token lives (not the token): the tool withholds every name that looks like
+# a credential, so the docs have users pass these by hand.
+WITHHELD_BY_NAME = {"ray_auth_token_secret_arn", "ray_auth_secret"}
+
 SAMPLE_VALUES = {
     "ecs": {
         "raylift_target": "ecs",
@@ -36,6 +40,7 @@ SAMPLE_VALUES = {
         "gpus_per_node": 4,
         "airflow_role_arn": "arn:aws:iam::123456789012:role/raylift-ecs-airflow",
         "dashboard_name": "raylift-ecs",
+        "ray_auth_token_secret_arn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:raylift-ecs-ray-auth-x",
     },
     "eks": {
         "raylift_target": "eks",
@@ -50,6 +55,7 @@ SAMPLE_VALUES = {
         "eks_service_account": "raylift-ray",
         "airflow_role_arn": None,
         "dashboard_name": "raylift-eks",
+        "ray_auth_secret": "ray-auth-token",
     },
 }
 
@@ -91,7 +97,7 @@ def test_prints_connection_variables_and_target_options(target: str) -> None:
     expected = {
         (n if n.startswith("raylift_") else f"raylift_{n}"): (v if isinstance(v, (dict, list)) else str(v))
         for n, v in values.items()
-        if v is not None
+        if v is not None and n not in WITHHELD_BY_NAME
     }
     options = variables.pop("raylift_target_options")
     assert variables == expected

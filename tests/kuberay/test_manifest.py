@@ -214,3 +214,11 @@ def test_service_account_reaches_every_pod_and_validates() -> None:
     pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
     assert {p["serviceAccountName"] for p in pods} == {"ray"}
     assert "serviceAccountName" not in render()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+
+
+def test_ray_token_auth_names_the_secret_and_validates() -> None:
+    manifest = render(ray_auth_secret="ray-auth-token")
+    m.validate_rayservice(manifest)
+    assert manifest["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
+    assert "ray-auth-token" not in str(list(_containers(manifest)))  # KubeRay injects the env; no token here
+    assert "authOptions" not in render()["spec"]["rayClusterConfig"]

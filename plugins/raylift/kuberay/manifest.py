@@ -68,6 +68,7 @@ def render_rayservice(
     hf_token_secret: str | None = None,
     model_volume_claim: str | None = None,
     service_account: str | None = None,
+    ray_auth_secret: str | None = None,
 ) -> dict[str, Any]:
     """A RayService manifest (plain dict, ready for server-side apply).
 
@@ -82,6 +83,9 @@ def render_rayservice(
         mounted read-only at ``hf_home``.
     :param service_account: the Ray pods' ServiceAccount (e.g. the one EKS Pod Identity lets read the
         model bucket, so replicas can pull ``s3://`` models and working dirs).
+    :param ray_auth_secret: a Kubernetes Secret (key ``auth_token``, terraform's ``ray-auth-token``): the cluster
+        runs Ray's token auth (``authOptions.mode: token``, KubeRay >= 1.5.1 sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on
+        every Ray container and sends the token itself), so its dashboard and GCS refuse callers without it.
     """
     node_profile = get_profile(profile)
     _check_name(name)
@@ -131,6 +135,7 @@ def render_rayservice(
                 "rayVersion": ray_version,
                 "enableInTreeAutoscaling": True,
                 "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 300},
+                **({"authOptions": {"mode": "token", "secretName": ray_auth_secret}} if ray_auth_secret else {}),
                 "headGroupSpec": {
                     "rayStartParams": dict(node_profile.head.ray_start_params),
                     "template": _pod_template(

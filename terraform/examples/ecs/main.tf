@@ -31,6 +31,7 @@ module "ray" {
   model_bucket_arn         = module.model_bucket.bucket_arn
   model_bucket_kms_key_arn = module.model_bucket.kms_key_arn
   model_store_uri          = "s3://${module.model_bucket.bucket_name}/models"
+  control_plane_security_group_ids = var.airflow_security_group_ids
 }
 
 module "airflow_iam" {

@@ -74,3 +74,8 @@ output "dashboard_name" {
   description = "CloudWatch dashboard of the stack."
   value       = module.dashboard.dashboard_name
 }
+
+output "ray_auth_token_secret_arn" {
+  description = "Secrets Manager secret with the Ray cluster's auth token: the Airflow workers and triggerer need it as RAY_AUTH_TOKEN."
+  value       = module.ray.ray_auth_token_secret_arn
+}

@@ -60,3 +60,9 @@ variable "airflow_existing_role_names" {
   type        = list(string)
   default     = []
 }
+
+variable "airflow_security_group_ids" {
+  description = "Security groups of the Airflow workers and triggerer: only they (and the Ray nodes) reach the Ray dashboard and GCS."
+  type        = list(string)
+  default     = []
+}

@@ -59,3 +59,8 @@ output "dashboard_name" {
   description = "CloudWatch dashboard of the stack."
   value       = module.dashboard.dashboard_name
 }
+
+output "ray_auth_secret" {
+  description = "Kubernetes Secret with the Ray auth token: pass it as the eks target option ray_auth_secret."
+  value       = module.ray.ray_auth_secret
+}

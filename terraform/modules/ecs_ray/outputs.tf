@@ -47,3 +47,8 @@ output "log_group_name" {
   description = "CloudWatch log group of the Ray tasks."
   value       = aws_cloudwatch_log_group.ray.name
 }
+
+output "ray_auth_token_secret_arn" {
+  description = "Secrets Manager secret holding the Ray cluster's auth token (give it to Airflow as RAY_AUTH_TOKEN)."
+  value       = aws_secretsmanager_secret.ray_auth.arn
+}

@@ -1,5 +1,6 @@
-# Ray tasks reach each other on every port (GCS, raylets, object transfer, workers); from the rest of
-# the VPC only the dashboard, GCS and Serve ports are open; nothing from outside the VPC.
+# Ray tasks reach each other on every port (GCS, raylets, object transfer, workers). From the rest of the
+# VPC only Serve is open; the dashboard / Jobs API and GCS (cluster control: submit code, read state) only
+# to the Airflow workers' security groups. Nothing from outside the VPC. Ray's token auth is on as well.
 resource "aws_security_group" "ray" {
   name_prefix = "${var.name}-ray-"
   description = "Ray head and workers of ${var.name}"
@@ -11,14 +12,25 @@ resource "aws_security_group" "ray" {
   }
 }
 
-resource "aws_vpc_security_group_ingress_rule" "ray_from_vpc" {
-  for_each          = var.ray_ports_open_to_vpc
+resource "aws_vpc_security_group_ingress_rule" "serve_from_vpc" {
   security_group_id = aws_security_group.ray.id
-  description       = "Ray ${each.key} from inside the VPC"
+  description       = "Ray Serve (the OpenAI endpoint) from inside the VPC"
   cidr_ipv4         = var.vpc_cidr
   ip_protocol       = "tcp"
-  from_port         = each.value
-  to_port           = each.value
+  from_port         = var.ray_ports["serve"]
+  to_port           = var.ray_ports["serve"]
+}
+
+resource "aws_vpc_security_group_ingress_rule" "control_plane_from_airflow" {
+  for_each = {
+    for pair in setproduct(["dashboard", "gcs"], var.control_plane_security_group_ids) : "${pair[0]}-${pair[1]}" => pair
+  }
+  security_group_id            = aws_security_group.ray.id
+  description                  = "Ray ${each.value[0]} from the Airflow workers"
+  referenced_security_group_id = each.value[1]
+  ip_protocol                  = "tcp"
+  from_port                    = var.ray_ports[each.value[0]]
+  to_port                      = var.ray_ports[each.value[0]]
 }
 
 resource "aws_vpc_security_group_ingress_rule" "ray_between_nodes" {

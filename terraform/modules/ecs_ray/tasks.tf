@@ -9,9 +9,9 @@ resource "aws_cloudwatch_log_group" "ray" {
 locals {
   head_address = "${aws_service_discovery_service.head.name}.${var.cloudmap_namespace}"
   ray_commands = {
-    head = "exec ray start --head --port=${var.ray_ports_open_to_vpc["gcs"]} --dashboard-host=0.0.0.0 --dashboard-port=${var.ray_ports_open_to_vpc["dashboard"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
+    head = "exec ray start --head --port=${var.ray_ports["gcs"]} --dashboard-host=0.0.0.0 --dashboard-port=${var.ray_ports["dashboard"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
     # Workers wait for the head's DNS record, then join; ECS restarts them if the head goes away.
-    worker = "until getent hosts ${local.head_address}; do echo waiting for ${local.head_address}; sleep 5; done; exec ray start --address=${local.head_address}:${var.ray_ports_open_to_vpc["gcs"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
+    worker = "until getent hosts ${local.head_address}; do echo waiting for ${local.head_address}; sleep 5; done; exec ray start --address=${local.head_address}:${var.ray_ports["gcs"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
   }
 }
 
@@ -32,10 +32,13 @@ resource "aws_ecs_task_definition" "ray" {
     entryPoint = ["/bin/bash", "-lc"]
     command    = [local.ray_commands[each.key]]
     resourceRequirements = [{ type = "GPU", value = tostring(var.gpus_per_node) }]
-    portMappings = [for port in values(var.ray_ports_open_to_vpc) : { containerPort = port, protocol = "tcp" }]
+    portMappings = [for port in values(var.ray_ports) : { containerPort = port, protocol = "tcp" }]
+    # Ray's token auth: dashboard, Jobs API and GCS refuse callers without the token (Secrets Manager).
+    secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_auth.arn }]
     environment = [
+      { name = "RAY_AUTH_MODE", value = "token" },
       { name = "RAYLIFT_MODEL_STORE", value = var.model_store_uri },
-      { name = "RAY_HEAD_ADDRESS", value = "${local.head_address}:${var.ray_ports_open_to_vpc["gcs"]}" },
+      { name = "RAY_HEAD_ADDRESS", value = "${local.head_address}:${var.ray_ports["gcs"]}" },
     ]
     linuxParameters = {
       initProcessEnabled = true # ECS Exec
@@ -43,7 +46,7 @@ resource "aws_ecs_task_definition" "ray" {
     }
     ulimits = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }]
     healthCheck = each.key == "head" ? {
-      command     = ["CMD-SHELL", "ray health-check --address 127.0.0.1:${var.ray_ports_open_to_vpc["gcs"]} || exit 1"]
+      command     = ["CMD-SHELL", "ray health-check --address 127.0.0.1:${var.ray_ports["gcs"]} || exit 1"]
       interval    = 30
       timeout     = 10
       retries     = 3

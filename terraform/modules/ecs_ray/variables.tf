@@ -10,7 +10,7 @@ variable "vpc_id" {
 }
 
 variable "vpc_cidr" {
-  description = "CIDR of the VPC: the only source allowed to reach the Ray dashboard, GCS and Serve ports."
+  description = "CIDR of the VPC: the only source allowed to reach the Serve port."
   type        = string
 }
 
@@ -94,8 +94,14 @@ variable "cloudmap_namespace" {
   default     = "raylift.local"
 }
 
-variable "ray_ports_open_to_vpc" {
-  description = "Ray ports reachable from inside the VPC (and nowhere else)."
+variable "control_plane_security_group_ids" {
+  description = "Security groups (the Airflow workers and triggerer) allowed to reach the Ray dashboard / Jobs API and GCS; nothing else outside the Ray nodes can."
+  type        = list(string)
+  default     = []
+}
+
+variable "ray_ports" {
+  description = "Ray's ports: serve is reachable from the VPC; dashboard and gcs only from the Ray nodes and control_plane_security_group_ids."
   type        = map(number)
   default = {
     dashboard = 8265

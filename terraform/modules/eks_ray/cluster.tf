@@ -92,6 +92,8 @@ resource "aws_eks_addon" "this" {
   for_each                    = toset(["vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "amazon-cloudwatch-observability"])
   cluster_name                = aws_eks_cluster.ray.name
   addon_name                  = each.value
+  # the VPC CNI enforces NetworkPolicies (the Ray control-plane policy in auth.tf) only when told to
+  configuration_values        = each.value == "vpc-cni" ? jsonencode({ enableNetworkPolicy = "true" }) : null
   resolve_conflicts_on_create = "OVERWRITE"
   resolve_conflicts_on_update = "OVERWRITE"
   depends_on                  = [aws_eks_node_group.ray]

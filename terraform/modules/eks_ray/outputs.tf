@@ -37,3 +37,8 @@ output "ray_service_account" {
   description = "Service account of the Ray pods (Pod Identity: model bucket read)."
   value       = kubernetes_service_account_v1.ray.metadata[0].name
 }
+
+output "ray_auth_secret" {
+  description = "Kubernetes Secret with the Ray auth token (eks target option ray_auth_secret)."
+  value       = kubernetes_secret_v1.ray_auth.metadata[0].name
+}

@@ -104,6 +104,12 @@ variable "ray_service_account" {
   default     = "raylift-ray"
 }
 
+variable "ray_auth_secret_name" {
+  description = "Kubernetes Secret (key auth_token) with the Ray clusters' auth token; raylift's eks target option ray_auth_secret."
+  type        = string
+  default     = "ray-auth-token"
+}
+
 variable "model_bucket_arn" {
   description = "Model bucket the Ray pods read staged models from."
   type        = string
@@ -129,7 +135,7 @@ variable "airflow_role_arn" {
 variable "kuberay_operator_version" {
   description = "Chart version of the KubeRay operator (ray-project/kuberay-helm)."
   type        = string
-  default     = "1.4.2"
+  default     = "1.5.1" # authOptions (Ray token auth) needs >= 1.5.1
 }
 
 variable "karpenter_version" {
