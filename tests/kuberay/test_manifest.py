@@ -222,3 +222,13 @@ def test_ray_token_auth_names_the_secret_and_validates() -> None:
     assert manifest["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
     assert "ray-auth-token" not in str(list(_containers(manifest)))  # KubeRay injects the env; no token here
     assert "authOptions" not in render()["spec"]["rayClusterConfig"]
+
+
+def test_the_eks_target_passes_its_ray_auth_secret_to_the_manifest() -> None:
+    from raylift.targets import get_target
+
+    target = get_target("eks", cluster_name="ray", worker_nodegroup="gpu", bucket="b", image="img",
+                        ray_auth_secret="ray-auth-token")
+    config = {"applications": [{"name": "llm", "import_path": "llm.app:build_app", "route_prefix": "/"}]}
+    cluster = target.render(config, 1)["spec"]["rayClusterConfig"]
+    assert cluster["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}

@@ -40,7 +40,8 @@ class EksTarget(AwsTarget):
     """Options (all JSON): ``cluster_name``, ``worker_nodegroup``, ``head_nodegroup``, ``kubernetes_conn_id``
     (None: a kubeconfig is minted from the AWS connection), ``namespace``, ``rayservice_name``, ``profile``,
     ``upgrade_strategy``, ``accelerators_per_node``, ``image``, ``hf_home``, ``model_volume_claim``,
-    ``hf_token_secret``, ``service_account``, ``endpoint``, ``workers`` (fallback when no scale was
+    ``hf_token_secret``, ``service_account``, ``ray_auth_secret`` (Kubernetes Secret with the cluster's Ray auth
+    token: the RayService runs token auth), ``endpoint``, ``workers`` (fallback when no scale was
     recorded), plus the shared AWS options (``bucket``, ``ecr_repository``, ...). The terraform stack's
     names are accepted as they are: ``cluster``, and ``nodegroups`` (``{"gpu": ..., "graviton": ...,
     "inferentia": ...}``, from which the profile's group is the worker node group)."""
@@ -64,6 +65,7 @@ class EksTarget(AwsTarget):
         model_volume_claim: str | None = None,
         hf_token_secret: str | None = None,
         service_account: str | None = None,
+        ray_auth_secret: str | None = None,
         endpoint: str | None = None,
         workers: int = 1,
         poll_interval_s: float = 5.0,
@@ -87,6 +89,7 @@ class EksTarget(AwsTarget):
         self.accelerators_per_node, self.image = accelerators_per_node, image
         self.hf_home, self.model_volume_claim, self.hf_token_secret = hf_home, model_volume_claim, hf_token_secret
         self.service_account = service_account
+        self.ray_auth_secret = ray_auth_secret
         self.endpoint, self.default_workers, self.poll_interval_s = endpoint, workers, poll_interval_s
 
     # -- hooks -------------------------------------------------------------------------------------
@@ -234,6 +237,7 @@ class EksTarget(AwsTarget):
             hf_token_secret=self.hf_token_secret,
             model_volume_claim=self.model_volume_claim,
             service_account=self.service_account,
+            ray_auth_secret=self.ray_auth_secret,
         )
         validate_rayservice(manifest)
         return manifest
