@@ -145,7 +145,7 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
                                note=f"fewer than {min_requests} samples", **common)
     if statistics.median(base) <= 0:  # e.g. TPOT when most answers came in one chunk: no relative change
         return MetricJudgement(verdict=SKIPPED, baseline_median=0.0, new_median=statistics.median(new),
-                               note="baseline median is 0", **common)
+                               note="baseline median 0", **common)
     change, low, high, p = _shift_interval(new, base, confidence)
     # "worse" is a rise in latency beyond 1 + tolerance times the baseline, or a drop in tokens/s below
     # 1 / (1 + tolerance) of it (the same slowdown seen from the other side)
