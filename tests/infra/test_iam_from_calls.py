@@ -131,3 +131,37 @@ def test_mapping_follows_the_service_authorization_reference() -> None:
     assert actions("s3", "GetObject", versioned=True) == ("s3:GetObjectVersion", "kms:Decrypt")
     assert actions("cloudwatch", "PutMetricData") == ("cloudwatch:PutMetricData",)
     assert actions("application-autoscaling", "RegisterScalableTarget") == ("application-autoscaling:RegisterScalableTarget",)
+
+
+# -- CodeBuild's role: the calls the buildspec makes ----------------------------------------------------
+# docker's registry calls against ECR (login, then push), as AWS's "Pushing an image" page lists them
+DOCKER_PUSH = ("ecr:BatchCheckLayerAvailability", "ecr:InitiateLayerUpload", "ecr:UploadLayerPart",
+               "ecr:CompleteLayerUpload", "ecr:PutImage")
+# aws-cli commands whose API operation is not the command's CamelCase
+CLI_OPERATIONS = {("ecr", "get-login-password"): "GetAuthorizationToken"}
+
+
+def buildspec_calls() -> list[dict[str, Any]]:
+    """Every AWS API call images/buildspec.yml makes as CodeBuild's role: its ``aws <service> <command>``s, the
+    docker push to ECR, and CodeBuild fetching the S3 source zip."""
+    import re
+
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "images/buildspec.yml").read_text())
+    text = "\n".join(c for phase in spec["phases"].values() for c in phase.get("commands", []))
+    calls = [{"service": "s3", "operation": "GetObject"}]  # the source zip
+    for service, command in re.findall(r"\baws\s+([a-z0-9-]+)\s+([a-z0-9-]+)", text):
+        operation = CLI_OPERATIONS.get((service, command)) or "".join(p.title() for p in command.split("-"))
+        calls.append({"service": service, "operation": operation})
+    if re.search(r"\bdocker\s+push\b", text):
+        calls += [{"service": "ecr", "operation": a.split(":")[1]} for a in DOCKER_PUSH]
+    return [c | {"principal": "codebuild", "caller": "images/buildspec.yml", "test": "-"} for c in calls]
+
+
+def test_codebuilds_role_grants_what_the_buildspec_calls() -> None:
+    calls = buildspec_calls()
+    assert {"DescribeImages", "GetAuthorizationToken", "PutImage", "GetObject"} <= {c["operation"] for c in calls}
+    policies = {"codebuild": [("modules/image_pipeline:codebuild",
+                               policy_statements(TERRAFORM / "modules/image_pipeline", "codebuild"))]}
+    assert missing_grants(calls, policies) == []

@@ -62,6 +62,7 @@ data "aws_iam_policy_document" "codebuild" {
       "ecr:BatchCheckLayerAvailability",
       "ecr:BatchGetImage",
       "ecr:CompleteLayerUpload",
+      "ecr:DescribeImages", # the buildspec's "is this tag there" (pre_build) and digest (post_build) lookups
       "ecr:GetDownloadUrlForLayer",
       "ecr:InitiateLayerUpload",
       "ecr:PutImage",
