@@ -232,24 +232,51 @@ def test_killing_a_replica_process_under_load(stack: LocalStack) -> None:
 
 
 # -- 2b. a version that fails its gate is rolled back under load ------------------------------------
+def newest_benchmark(stack: LocalStack) -> dict[str, Any]:
+    """The newest run's benchmark.json (results, per-request samples and the regression judgement)."""
+    files = sorted((stack.home / "model-store/_raylift/runs").glob("*/benchmark.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(files[-1].read_text())
+
+
+SLOW_ENGINE_ARGS = {"max_num_seqs": 1}
+SLOW_REQUESTS = 64  # the default requests per level, that the regression gate's error rates were measured with
+
+
 @pytest.mark.timeout(2 * RECOVERY_TIMEOUT_S + 900)
 def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStack) -> None:
     wait_recovered(stack, set())
-    good = json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text())
-    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=900) as load:
+    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=1500) as load:
         load.wait_for(10)
-        # The new version: one replica (a lightweight update: Serve drains and stops one replica; going
-        # back starts one, the only engine start of this test) and an SLO no endpoint here can meet.
-        # (Switching to autoscaling instead would restart both replicas: not lightweight, see raylift.rollout.)
-        result = stack.dags_test("raylift_deploy", conf(replicas=1, slos={"min_output_tokens_per_s": 1e9}))
+        # The same config again (byte-identical Serve config: no replica restarts), 64 requests per level:
+        # the statistical regression gate against the first good deploy must not roll it back.
+        same = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS))
+        (stack.home / "gate-same.log").write_text(same.stdout + same.stderr)
+        assert same.returncode == 0, _tail(same)
+        same_judgement = newest_benchmark(stack)["judgement"]
+        assert stack.run_records()[-1]["benchmark"]["judgement"] == same_judgement  # the run record keeps it
+        good = json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text())
+        # The new version: an engine setting that makes the app slower per request at concurrency 4
+        # (max_num_seqs 1: the engine runs one sequence at a time, the rest queue) — a code update, so
+        # new replicas start before the old stop, and going back starts the old version's again.
+        result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
+                                                        engine_args=SLOW_ENGINE_ARGS))
         (stack.home / "gate-rollback.log").write_text(result.stdout + result.stderr)
-        app = wait_recovered(stack, set())  # back on the last good config: 2 replicas
+        app = wait_recovered(stack, set())  # back on the last good config: 2 replicas, no max_num_seqs
         load.wait_for(len(load.records) + 5)
+    print("same config:", same_judgement["verdict"], same_judgement.get("needed_requests"))
+    assert same_judgement["verdict"] in ("pass", "inconclusive"), same_judgement
     out = result.stdout + result.stderr
+    slow_judgement = newest_benchmark(stack)["judgement"]
+    print("slow engine:", [m for m in slow_judgement["metrics"] if m["verdict"] == "regressed"])
     assert result.returncode != 0, _tail(result)
-    assert "Release gate failed: output_tokens_per_s = " in out and "SLO limit 1e+09" in out, _tail(result)
+    assert slow_judgement["verdict"] == "regressed", slow_judgement
+    # the gate names the metric, its level, both medians and the interval
+    assert "Release gate failed: " in out and ": regressed: median " in out, _tail(result)
     assert "Rolled back: restored app 'llm' from the last good config" in out, _tail(result)
+    # the run's rollback guard (one_failed) finds the gate's rollback done: no second restore
+    assert "nothing to roll back: app 'llm' already runs the last good config" in out, _tail(result)
     assert app["deployments"][DEPLOYMENT]["deployment_config"]["num_replicas"] == REPLICAS
+    assert "max_num_seqs" not in json.dumps(app["deployed_app_config"]["args"])
     assert json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text()) == good
     report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled}
     (stack.home / "gate-rollback.json").write_text(json.dumps(report, indent=2))
