@@ -17,6 +17,7 @@ The tests share one stack because a stack (cluster, engine starts, a deploy) is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -328,6 +329,64 @@ def test_broken_deploy_rolls_back_and_previous_app_keeps_answering(stack: LocalS
     assert apps["llm"]["status"] == "RUNNING", apps["llm"]
     assert "fail_on_start" not in str(apps["llm"]["deployed_app_config"]["args"])
     assert chat(stack.serve_url).status_code == 200
+
+
+# -- 5. new weights under the same model_id are what the endpoint serves ----------------------------
+VOCAB_PROMPT = "throughput autoscale rollback"  # few tokens with A's 2048-entry vocabulary, many with B's 320
+
+
+def prompt_tokens_of(model_dir: Path) -> int:
+    """The chat prompt's token count by the model's own tokenizer (the runtime env's transformers)."""
+    script = (
+        "import sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "text = t.apply_chat_template([{'role': 'user', 'content': sys.argv[2]}], add_generation_prompt=True, "
+        "tokenize=False); print(len(t(text, add_special_tokens=False)['input_ids']))"
+    )
+    runtime = Path(__file__).resolve().parents[2] / ".cache/venvs/runtime/bin/python"
+    done = subprocess.run([str(runtime), "-c", script, str(model_dir), VOCAB_PROMPT], capture_output=True, text=True,
+                          timeout=300, check=True)
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def vocab_probe(url: str) -> tuple[int, str]:
+    resp = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+        "model": MODEL, "messages": [{"role": "user", "content": VOCAB_PROMPT}], "max_tokens": 8,
+        "temperature": 0, "seed": 7})
+    assert resp.status_code == 200, resp.text[:500]
+    body = resp.json()
+    return body["usage"]["prompt_tokens"], body["choices"][0]["message"]["content"]
+
+
+@pytest.mark.timeout(2 * RECOVERY_TIMEOUT_S + 900)
+def test_new_weights_under_the_same_model_id_are_served_without_a_failed_request(
+    stack: LocalStack, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    model_b = tmp_path_factory.mktemp("model-b") / "tiny-b"
+    runtime = Path(__file__).resolve().parents[2] / ".cache/venvs/runtime/bin/python"
+    subprocess.run([str(runtime), str(Path(__file__).resolve().parents[2] / "tools/make_tiny_model.py"), str(model_b),
+                    "--seed", "1", "--vocab-size", "320"], check=True, capture_output=True, timeout=300)
+    tokens_a, tokens_b = prompt_tokens_of(tiny_model_path()), prompt_tokens_of(model_b)
+    assert tokens_a != tokens_b, (tokens_a, tokens_b)
+    wait_recovered(stack, set())
+    assert vocab_probe(stack.serve_url)[0] == tokens_a  # model A answers
+    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=1200) as load:
+        load.wait_for(10)
+        # the same model_id (and revision), other weights; levels of 4 requests are not regression-compared
+        result = stack.dags_test("raylift_deploy", conf(model_source=str(model_b), requests_per_level=4))
+        load.wait_for(len(load.records) + 5)
+    assert result.returncode == 0, stack.failure_lines(result)
+    report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled}
+    (stack.home / "model-swap.json").write_text(json.dumps(report, indent=2))
+    print("model-swap:", report)
+    assert load.cancelled == 0 and load.errors() == [], (report, load.errors()[:5])
+    assert vocab_probe(stack.serve_url)[0] == tokens_b  # model B answers, by its vocabulary
+    record = stack.run_records()[-1]
+    sha_b = hashlib.sha256((model_b / "model.safetensors").read_bytes()).hexdigest()
+    assert record["model"]["files"]["model.safetensors"]["sha256"] == sha_b
+    served = serve_details(stack)["deployed_app_config"]["args"]["model"]
+    assert served == record["model"]["uri"] and served.endswith(f"sha256-{record['model']['digest'][:16]}"), served
+    good = json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text())
+    assert good["run_id"] == record["run_id"] and good["model"] == served
 
 
 def test_teardown_dag_stops_the_cluster(stack: LocalStack) -> None:
