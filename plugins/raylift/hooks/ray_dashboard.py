@@ -1,11 +1,18 @@
 """RayDashboardHook: the Ray dashboard's HTTP API (cluster nodes, Serve REST API), sync and async.
 
 Used by every target: locally the dashboard is on 127.0.0.1; on ECS it is the head task found through
-Cloud Map. Only HTTP, so the Airflow worker needs no Ray runtime and no cluster credentials.
+Cloud Map. Only HTTP, so the Airflow worker needs no Ray runtime.
+
+A cluster started with Ray's token auth (``RAY_AUTH_MODE=token``) answers 401 without its token. The hook sends
+``Authorization: Bearer <token>`` with the token from (in order) its ``auth_token`` argument, the connection's
+password, or where Ray's own CLI reads it: ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names. The
+token is never logged nor put in an error message.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +20,24 @@ from airflow.sdk.bases.hook import BaseHook
 
 from raylift.errors import ClusterError, DeployError
 from raylift.targets.base import ClusterState
+
+class RayAuthError(ClusterError):
+    """The dashboard refused raylift's request: token auth is on and the token is missing or wrong."""
+
+
+def ray_auth_token() -> str | None:
+    """The token Ray's CLI would send: ``RAY_AUTH_TOKEN``, else the contents of ``RAY_AUTH_TOKEN_PATH``."""
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if token:
+        return token
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip()
+    if path:
+        try:
+            return Path(path).expanduser().read_text().strip() or None
+        except OSError as exc:
+            raise RayAuthError(f"RAY_AUTH_TOKEN_PATH names {path!r}, which cannot be read ({type(exc).__name__}).") from None
+    return None
+
 
 # Serve application states (ray.serve.schema.ApplicationStatus)
 APP_RUNNING = "RUNNING"
@@ -29,13 +54,40 @@ class RayDashboardHook(BaseHook):
     conn_type = "http"
     hook_name = "Ray dashboard"
 
-    def __init__(self, address: str | None = None, *, conn_id: str | None = None, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        conn_id: str | None = None,
+        timeout_s: float = 30.0,
+        auth_token: str | None = None,
+    ):
         super().__init__()
         if address is None:
             conn = self.get_connection(conn_id or self.default_conn_name)
             address = f"{conn.schema or 'http'}://{conn.host}:{conn.port or 8265}"
+            auth_token = auth_token or conn.password or None
         self.address = address.rstrip("/")
         self.timeout_s = timeout_s
+        self._token = auth_token or ray_auth_token()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def _check_auth(self, resp: httpx.Response) -> httpx.Response:
+        if resp.status_code == 401:
+            raise RayAuthError(
+                f"The Ray dashboard at {self.address} requires a token (the cluster runs with RAY_AUTH_MODE=token) "
+                "and raylift sent none: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) for the Airflow workers and "
+                "triggerer, or the password of the ray_dashboard connection, to the cluster's token."
+            )
+        if resp.status_code == 403:
+            raise RayAuthError(
+                f"The Ray dashboard at {self.address} rejected raylift's token (403): it is not the cluster's "
+                "RAY_AUTH_TOKEN. Check the secret the Airflow workers read it from."
+            )
+        return resp
 
     # -- plain parsing, shared by the sync and async paths ------------------------------------
     @staticmethod
@@ -83,17 +135,17 @@ class RayDashboardHook(BaseHook):
     # -- sync ---------------------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            resp = httpx.request(method, f"{self.address}{path}", timeout=self.timeout_s, **kwargs)
+            resp = httpx.request(method, f"{self.address}{path}", timeout=self.timeout_s, headers=self.headers, **kwargs)
         except httpx.TransportError as exc:
             raise ClusterError(
                 f"Cannot reach the Ray dashboard at {self.address} ({type(exc).__name__}): "
                 "is the cluster up? Run the scale step first, or check the head address."
             ) from None
-        return resp
+        return self._check_auth(resp)
 
     def is_up(self) -> bool:
         try:
-            return httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200
+            return httpx.get(f"{self.address}/api/version", timeout=2, headers=self.headers).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -119,7 +171,7 @@ class RayDashboardHook(BaseHook):
 
     # -- async (triggers) ---------------------------------------------------------------------
     async def aserve_applications(self) -> dict[str, Any]:
-        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
             resp = await client.get(f"{self.address}/api/serve/applications/")
-        resp.raise_for_status()
+        self._check_auth(resp).raise_for_status()
         return resp.json()

@@ -1,0 +1,129 @@
+"""Ray's token auth against a real local Ray head (RAY_AUTH_MODE=token, ports 33xxx on 127.0.0.1): raylift's deploy
+path (the dashboard hook's Serve REST PUT, then the deploy trigger's wait) succeeds with the cluster's token and
+fails fast, naming what to set, without it or with a wrong one. The token never appears in an error."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from raylift.hooks.ray_dashboard import RayAuthError, RayDashboardHook
+from raylift.triggers.serve import ServeApplicationsTrigger
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = ROOT / ".cache/venvs/runtime/bin/ray"
+GCS, DASHBOARD, SERVE = 33379, 33265, 33800
+PORTS = ["--port=33379", "--dashboard-port=33265", "--ray-client-server-port=33001", "--node-manager-port=33370",
+         "--object-manager-port=33371", "--dashboard-agent-listen-port=33366", "--dashboard-agent-grpc-port=33367",
+         "--runtime-env-agent-port=33368", "--metrics-export-port=33369", "--min-worker-port=33400",
+         "--max-worker-port=33499"]
+URL = f"http://127.0.0.1:{DASHBOARD}"
+APP = '''from ray import serve
+
+
+@serve.deployment
+class Hello:
+    async def __call__(self, request) -> str:
+        return "hello"
+
+
+app = Hello.bind()
+'''
+
+
+@pytest.fixture(scope="module")
+def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head with token auth; yields the token."""
+    if not RAY.exists():
+        pytest.skip("runtime venv missing (make setup)")
+    token = secrets.token_hex(16)
+    home = tmp_path_factory.mktemp("ray-auth")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
+            "PATH": f"{RAY.parent}:{env.get('PATH', '')}"}
+    temp_dir = f"/tmp/raylift-auth-{os.getpid()}"
+    with (home / "head.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [str(RAY), "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+             "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=2", f"--temp-dir={temp_dir}",
+             *PORTS],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:  # /api/version needs the token (401 without it): up and enforcing auth
+                if httpx.get(f"{URL}/api/version", timeout=2, headers={"Authorization": f"Bearer {token}"}).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, f"ray head exited: {(home / 'head.log').read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "ray head did not come up in 120 s"
+            time.sleep(1)
+        assert httpx.get(f"{URL}/api/version", timeout=5).status_code == 401  # token auth is on
+        yield token
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # Ray's own processes share the group: none may outlive the test
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _config(tmp_path: Path) -> dict:
+    package = tmp_path / "hello.zip"
+    with zipfile.ZipFile(package, "w") as archive:
+        archive.writestr("hello/hello.py", APP)  # one top-level folder, as Ray wants of a working_dir zip
+    return {
+        "proxy_location": "HeadOnly",
+        "http_options": {"host": "127.0.0.1", "port": SERVE},
+        "applications": [{"name": "hello", "import_path": "hello:app", "route_prefix": "/hello",
+                          "runtime_env": {"working_dir": f"file://{package}"}}],
+    }
+
+
+@pytest.mark.timeout(600)
+def test_deploy_with_the_token_and_a_clear_error_without(
+    token_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    config = _config(tmp_path)
+
+    with pytest.raises(RayAuthError, match="requires a token .*RAY_AUTH_MODE=token.* set RAY_AUTH_TOKEN") as missing:
+        RayDashboardHook(URL).put_serve_config(config)
+    with pytest.raises(RayAuthError, match="rejected raylift's token") as wrong:
+        RayDashboardHook(URL, auth_token="not-the-token").put_serve_config(config)
+    assert token_cluster not in str(missing.value) + str(wrong.value)
+
+    # the token where Ray's CLI reads it, as the Airflow workers and the triggerer would have it
+    token_file = tmp_path / "token"
+    token_file.write_text(token_cluster + "\n")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_file))
+    hook = RayDashboardHook(URL)
+    hook.put_serve_config(config)
+    trigger = ServeApplicationsTrigger(URL, ["hello"], submitted_at=0.0, poll_interval_s=1.0, timeout_s=300)
+
+    async def first_event() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    event = asyncio.run(first_event())
+    assert event["status"] == "success", event
+    assert httpx.get(f"http://127.0.0.1:{SERVE}/hello", timeout=10).text == "hello"
+    assert hook.serve_applications()["applications"]["hello"]["status"] == "RUNNING"
