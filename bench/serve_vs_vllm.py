@@ -62,7 +62,8 @@ def start_plain_vllm(model: Path, name: str, log: Path, base: dict, *, port: int
     env.update(app.get("runtime_env", {}).get("env_vars", {}))
     env.update(extra_env)
     cmd = [str(RUNTIME_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-           "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--disable-log-stats"]
+           "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
+    # stats on, as `vllm serve` runs by default and as the app runs them (its /metrics needs them)
     for key, value in app["args"].get("engine_args", {}).items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
