@@ -18,7 +18,10 @@ verdict() {  # verdict RC WHAT
 }
 
 if [ "$#" -gt 0 ]; then  # a chosen subset: one pytest run
-  "${PYTEST[@]}" tests "$@"
+  # Paths given: run just those; only options (e.g. -k staging): run them over the whole tests folder.
+  where=(tests)
+  for arg in "$@"; do [[ $arg != -* && -e ${arg%%::*} ]] && where=(); done
+  "${PYTEST[@]}" "${where[@]}" "$@"
   rc=$?
   if [ "$rc" -eq 5 ]; then echo "pytest collected no tests for: $*"; exit 0; fi
   exit "$rc"

@@ -89,7 +89,7 @@ def deploy_params() -> dict[str, Param]:
         ),
         "app_args": Param(
             {}, type="object",
-            description="Extra args for the Serve app (e.g. {\"default_max_tokens\": 128, \"stream_coalesce_ms\": 2})",
+            description="Extra args for the Serve app (e.g. {\"default_max_tokens\": 128, \"frontend_args\": {\"response_role\": \"assistant\"}})",
         ),
         "benchmark_profile": Param(
             "smoke", type="string", enum=["smoke", "short", "llmperf-inf2"], description="Request size profile"
