@@ -80,6 +80,7 @@ with DAG(
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",
         regression_strict="{{ params.regression_strict }}",
+        regression_baseline="{{ params.regression_baseline }}",
         **TARGET,
     )
     record = RunRecordOperator(

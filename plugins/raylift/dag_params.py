@@ -126,5 +126,10 @@ def deploy_params() -> dict[str, Param]:
             description="Regression gate: fail (and roll back) when the judgement is inconclusive, not only "
             "when a metric regressed",
         ),
+        "regression_baseline": Param(
+            "last_good", type="string", enum=["last_good", "none"],
+            description="Regression gate's baseline: the last good run's samples, or none (start a new "
+            "baseline: use after the cluster or machine changed under an unchanged app; SLOs still apply)",
+        ),
     }
     return params

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from raylift.deploy_state import DeploymentState, run_key
-from raylift.errors import GateError
+from raylift.errors import GateError, RayliftValueError
 from raylift.operators.benchmark import BenchmarkOperator
 from raylift.store import LocalStore
 from tests.bench.conftest import stub  # noqa: F401  (the stub server fixture)
@@ -88,3 +88,19 @@ def test_served_name_change_starts_a_new_baseline_and_last_good_follows_passing_
     with pytest.raises(GateError, match="Release gate failed: .*inconclusive"):
         run(url, "manual__4", max_regression=0.0, regression_strict=True)
     assert state.last_good()["run_id"] == "manual__3" and rollbacks == ["manual__4"]
+
+
+def test_regression_baseline_none_starts_a_new_baseline_and_unknown_values_are_refused(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+) -> None:
+    fast = stub(ttft_ms=2, itl_ms=1)
+    run(fast, "manual__fast")
+    slow = stub(ttft_ms=60, itl_ms=20)  # far slower than the last good run: judged regressed against it
+    with pytest.raises(GateError, match="regressed"):
+        run(slow, "manual__slow")
+    assert state.last_good()["run_id"] == "manual__fast"
+    rebased = run(slow, "manual__rebased", regression_baseline="none")  # re-baseline: SLOs only
+    assert rebased["judgement"]["verdict"] == "new baseline"
+    assert state.last_good()["run_id"] == "manual__rebased"
+    with pytest.raises(RayliftValueError, match="regression_baseline 'latest' is not one of"):
+        run(fast, "manual__typo", regression_baseline="latest")

@@ -7,12 +7,17 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperatorLink
 
 from raylift.config import DEFAULT_APP_NAME, DEFAULT_REQUESTS_PER_LEVEL
-from raylift.errors import GateError
+from raylift.errors import GateError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
+
+
+# What the regression gate compares with: the last good run's samples, or nothing (re-baseline, e.g.
+# after the machine or cluster changed under an unchanged app, when old samples no longer describe it).
+REGRESSION_BASELINES = ("last_good", "none")
 
 
 class BenchmarkReportLink(BaseOperatorLink):
@@ -36,7 +41,7 @@ class BenchmarkOperator(TargetOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
-        "max_regression", "regression_confidence", "regression_strict",
+        "max_regression", "regression_confidence", "regression_strict", "regression_baseline",
     )
 
     def __init__(
@@ -53,6 +58,7 @@ class BenchmarkOperator(TargetOperator):
         max_regression: float | str | None = None,
         regression_confidence: float | str | None = None,
         regression_strict: bool | str | None = None,
+        regression_baseline: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -62,6 +68,7 @@ class BenchmarkOperator(TargetOperator):
         self.slos = slos or {}
         self.max_regression = max_regression
         self.regression_confidence, self.regression_strict = regression_confidence, regression_strict
+        self.regression_baseline = regression_baseline
 
     def _levels(self) -> list[int]:
         raw = self.concurrency
@@ -80,6 +87,12 @@ class BenchmarkOperator(TargetOperator):
         from raylift.rollback import restore_app
         from raylift.serve_config import APP_KINDS
 
+        baseline_choice = self.regression_baseline or "last_good"
+        if baseline_choice not in REGRESSION_BASELINES:
+            raise RayliftValueError(
+                f"regression_baseline {baseline_choice!r} is not one of {list(REGRESSION_BASELINES)}: "
+                "'last_good' judges this run against the last good run, 'none' starts a new baseline"
+            )
         watch = Stopwatch()
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         endpoint = deployed.get("endpoint") or self.target_impl.endpoint_url()  # the app's URL (route_prefix)
@@ -104,7 +117,10 @@ class BenchmarkOperator(TargetOperator):
 
         state = self.state_for(str(self.app_name))
         run_id = context["run_id"]
-        good = state.last_good()
+        good = state.last_good() if baseline_choice == "last_good" else None
+        if baseline_choice == "none":
+            self.log.warning("regression_baseline 'none': not compared with the last good run; if every SLO "
+                             "passes, this run is the next run's baseline")
         judgement, violations = assess(
             result, merged_slos(self.slos if isinstance(self.slos, dict) else {}), (good or {}).get("benchmark"),
             max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),

@@ -54,6 +54,8 @@ class LastGoodConfOperator(TargetOperator):
                 f"{state.store.uri}; run raylift_deploy with the conf you want instead."
             )
         conf = {key: value for key, value in params.items() if key in deploy_params()}
+        # A re-baseline is a one-off choice of the run that made it; a replay is judged against that run.
+        conf.pop("regression_baseline", None)
         if hidden := _hidden(conf):
             raise RedeployError(
                 f"The last good run's record hides {', '.join(hidden)} (redacted as secrets), so it cannot "
