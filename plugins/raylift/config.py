@@ -100,6 +100,13 @@ DEFAULT_REGRESSION_STRICT = False
 # Requests per concurrency level: with 64 the stub test (tests/bench/test_regression_gate.py) measured
 # 2 % false regressions and 99 % of 30 % slowdowns caught at the defaults above; 32 caught ~90 %.
 DEFAULT_REQUESTS_PER_LEVEL = 64
+# A level's requests go out in rounds, interleaved across levels (c1 c4 c1 c4 ...), and the judgement
+# takes each round's median as one observation: on this machine requests measured together share a
+# run-level state (the between-run SD of a level's median was 2.5-4x what its requests' spread implies;
+# bench/gate_noise.py), so the requests of one run are not independent samples. At most this many
+# rounds, each of at least BENCHMARK_ROUND_WAVES waves of its level's concurrency.
+BENCHMARK_ROUNDS = 8
+BENCHMARK_ROUND_WAVES = 2
 # SLOs every benchmark is held to unless a Param sets the key (a given slos object is merged over
 # these, so {"max_ttft_p99_ms": 500} keeps max_error_rate 0); null in the Param turns one off.
 DEFAULT_SLOS: dict[str, float | None] = {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None,

@@ -126,3 +126,65 @@ def test_slos_are_merged_over_the_defaults_and_an_all_failed_level_fails() -> No
     # even with every SLO off, a level where nothing succeeded does not pass
     (v,) = evaluate(failed, {}, None)
     assert v.metric == "successful_requests" and "every request failed at concurrency 1" in v.message
+
+
+# -- rounds: requests measured together share a slowly moving machine state ----------------------------
+DRIFT_SIGMA, DRIFT_PHI = 0.2, 0.9  # the machine's state: AR(1) on the log scale, request to request
+
+
+def _drifting_run(rng: random.Random, scale: float, *, rounds: int = 8, per_round: int = 8,
+                  with_sizes: bool = True) -> dict[str, Any]:
+    """A run whose requests, in time order, share a slowly moving factor (an AR(1) process, stationary
+    SD DRIFT_SIGMA, correlation DRIFT_PHI from one request to the next) on top of each request's own:
+    the structure bench/gate_noise.py measured here, where a run's median moved 2.5-4x more from run to
+    run than its requests' spread implies."""
+    n = rounds * per_round
+    state, factors = rng.gauss(0, DRIFT_SIGMA), []
+    for _ in range(n):
+        factors.append(math.exp(state))
+        state = DRIFT_PHI * state + rng.gauss(0, DRIFT_SIGMA * math.sqrt(1 - DRIFT_PHI ** 2))
+    base = _samples(n, scale, seed=rng.randrange(1 << 30))
+    merged: dict[str, Any] = {"ok": n, "errors": 0}
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        merged[metric] = [v * f for v, f in zip(base[metric], factors)]
+    merged["output_tokens_per_s"] = [16 / (e / 1e3) for e in merged["e2e_ms"]]
+    if with_sizes:
+        merged["round_sizes"] = {m: [per_round] * rounds for m in ("ttft_ms", "tpot_ms", "e2e_ms",
+                                                                   "output_tokens_per_s")}
+    return _run(_level(1, merged))
+
+
+def _regressed_share(scale: float, *, with_sizes: bool, trials: int = 200) -> float:
+    rng = random.Random(7)
+    regressed = 0
+    for _ in range(trials):
+        base = _drifting_run(rng, 1.0, with_sizes=with_sizes)
+        new = _drifting_run(rng, scale, with_sizes=with_sizes)
+        regressed += judge(new, base, confidence=0.95, tolerance=0.10, min_requests=8).verdict == "regressed"
+    return regressed / trials
+
+
+def test_rounds_carry_the_drift_that_requests_compared_one_by_one_hide() -> None:
+    # Unchanged runs on a drifting machine: request by request, the interval sees only the requests'
+    # spread and calls many "regressed"; by round, the rounds' spread carries part of the drift (the part
+    # that moves within a run; what moves only between runs is the confirmation run's job).
+    by_request, by_round = _regressed_share(1.0, with_sizes=False), _regressed_share(1.0, with_sizes=True)
+    print(f"unchanged runs judged regressed: by request {by_request:.1%}, by round {by_round:.1%}")
+    assert by_request > 0.10, by_request
+    assert by_round < by_request / 2, (by_round, by_request)
+    # ... and a clear slowdown (like the +150 % TTFT of max_num_seqs 1 in the local gate test) is caught
+    assert _regressed_share(2.0, with_sizes=True) >= 0.95
+
+
+def test_rounds_fall_back_to_requests_when_too_few_or_inconsistent() -> None:
+    from raylift.bench.judgement import by_round
+
+    assert by_round([1.0] * 10, [2] * 5) == [1.0] * 5
+    assert by_round([1.0] * 10, [2] * 4) is None  # sizes do not add up: not rounds of these values
+    assert by_round([1.0] * 4, [1, 0, 1, 1, 1]) is None  # 4 non-empty rounds: too few
+    j = judge_metric("ttft_ms", 1, [10.0] * 40, [10.0] * 40, confidence=0.95, tolerance=0.1, min_requests=8,
+                     new_rounds=[8] * 5, base_rounds=[10] * 4)
+    assert "by round" not in j.note  # the baseline's sizes do not add up: compared request by request
+    j = judge_metric("ttft_ms", 1, [10.0] * 40, [10.0] * 40, confidence=0.95, tolerance=0.1, min_requests=8,
+                     new_rounds=[8] * 5, base_rounds=[8] * 5)
+    assert j.note == "by round: 5 vs 5" and j.verdict == "pass"

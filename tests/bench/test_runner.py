@@ -49,3 +49,20 @@ def test_cli_writes_json(stub: Callable[..., str], tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=True)
     assert "out tok/s" in proc.stdout
     assert json.loads(out.read_text())["levels"][0]["requests"] == 4
+
+
+def test_levels_go_out_in_rounds_that_take_turns(stub: Callable[..., str]) -> None:
+    from raylift.bench.runner import rounds_for
+
+    # each round holds at least two waves of its level's concurrency, at most BENCHMARK_ROUNDS rounds
+    assert [rounds_for(64, c) for c in (1, 4, 8, 32, 64)] == [8, 8, 4, 1, 1]
+    lines: list[str] = []
+    result = run_benchmark(stub(ttft_ms=1, itl_ms=1), "stub", concurrency=[1, 4], requests_per_level=16,
+                           progress=lines.append)
+    one, four = result["levels"]
+    assert (one["rounds"], four["rounds"]) == (8, 2) and one["requests"] == four["requests"] == 16
+    assert one["samples"]["round_sizes"]["ttft_ms"] == [2] * 8 and four["samples"]["round_sizes"]["e2e_ms"] == [8, 8]
+    # the levels take turns: level 4's first round runs before level 1's second
+    rounds = [ln.split(", ")[0:2] for ln in lines if ln.startswith("round ")]
+    assert rounds.index(["round 1/2", "concurrency 4: 8/8 requests"]) < rounds.index(["round 2/8",
+                                                                                       "concurrency 1: 2/2 requests"])

@@ -104,3 +104,37 @@ def test_regression_baseline_none_starts_a_new_baseline_and_unknown_values_are_r
     assert state.last_good()["run_id"] == "manual__rebased"
     with pytest.raises(RayliftValueError, match="regression_baseline 'latest' is not one of"):
         run(fast, "manual__typo", regression_baseline="latest")
+
+
+def test_a_regression_is_confirmed_by_a_second_benchmark_before_it_rolls_back(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+) -> None:
+    run(stub(ttft_ms=2, itl_ms=1), "manual__base")
+    with pytest.raises(GateError, match="regressed"):
+        run(stub(ttft_ms=60, itl_ms=20), "manual__slower")
+    saved = state.store.read_json(f"{run_key('manual__slower')}/benchmark.json")
+    # the first judgement said regressed, a second benchmark ran, and the verdict stands on both
+    assert saved["confirmation"]["first_judgement"]["verdict"] == "regressed"
+    assert saved["confirmation"]["overall"]["requests"] == 32
+    level = saved["levels"][0]
+    assert len(level["samples"]["ttft_ms"]) == 32 and sum(level["samples"]["round_sizes"]["ttft_ms"]) == 32
+    assert saved["judgement"]["verdict"] == "regressed" and rollbacks == ["manual__slower"]
+    assert state.last_good()["run_id"] == "manual__base"
+
+
+def test_confirmed_adds_the_second_runs_rounds_level_by_level() -> None:
+    from raylift.operators.benchmark import confirmed
+
+    def result(value: float, rounds: int) -> dict[str, Any]:
+        samples = {"ok": rounds, "errors": 0, "round_sizes": {}}
+        for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s"):
+            samples[metric] = [value] * rounds
+            samples["round_sizes"][metric] = [1] * rounds
+        return {"model": "m", "levels": [{"concurrency": 1, "requests": rounds, "samples": samples}],
+                "overall": {"requests": rounds}}
+
+    merged = confirmed(result(1.0, 3), result(2.0, 5), {"verdict": "regressed"})
+    samples = merged["levels"][0]["samples"]
+    assert samples["ttft_ms"] == [1.0] * 3 + [2.0] * 5 and samples["round_sizes"]["e2e_ms"] == [1] * 8
+    assert samples["ok"] == 8 and merged["levels"][0]["requests"] == 3  # the SLO summaries stay the first run's
+    assert merged["confirmation"]["levels"] == [{"concurrency": 1, "requests": 5}]

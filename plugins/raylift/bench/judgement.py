@@ -22,6 +22,14 @@ score interval (from each run's Wilson interval, :func:`scipy.stats.binomtest`).
 whole interval is above 0; inconclusive when more errors than the baseline but the interval includes 0.
 The absolute ``max_error_rate`` SLO (default 0) is the promise; this only says whether it got worse.
 
+**Rounds.** Requests measured together are not independent on a real machine: they share a run-level
+state (on this box the between-run SD of a level's median was 2.5-4x what its requests' spread implies,
+so an unchanged endpoint was judged regressed in 4 of 9 back-to-back pairs; bench/gate_noise.py). The
+benchmark sends each level in rounds spread over the run (:func:`raylift.bench.runner.rounds_for`);
+when both runs have at least :data:`MIN_ROUNDS` rounds of a metric, the observations compared are the
+rounds' medians, so the interval carries the variation between rounds, not just between requests.
+Otherwise (old baselines, levels too small to split) the requests themselves are compared.
+
 A level with fewer than ``min_requests`` successful requests in either run is inconclusive; a level
 the baseline lacks is skipped. A run of another model (the served name changed) starts a new baseline.
 """
@@ -39,6 +47,9 @@ from raylift.errors import RayliftValueError
 # Metrics where a smaller value is worse (everything else: larger is worse).
 LOWER_IS_WORSE = frozenset({"output_tokens_per_s"})
 MAX_NEEDED_REQUESTS = 100_000
+# Fewest rounds per run for the round-median comparison (with 4 against 4 the Mann-Whitney interval is
+# already the full range of the differences; below that it cannot exclude anything at 95 %).
+MIN_ROUNDS = 5
 
 PASS, REGRESSED, INCONCLUSIVE, SKIPPED = "pass", "regressed", "inconclusive", "skipped"
 NEW_BASELINE = "new baseline"
@@ -106,10 +117,10 @@ class Judgement:
                 "metrics": [asdict(m) for m in self.metrics]}
 
 
-def _shift_interval(new: Sequence[float], base: Sequence[float], confidence: float
-                    ) -> tuple[float, float, float, float]:
+def _shift_interval(new: Sequence[float], base: Sequence[float], confidence: float, *,
+                    scale: float | None = None) -> tuple[float, float, float, float]:
     """Hodges–Lehmann shift of new against base, its Mann-Whitney confidence interval (both relative to
-    the baseline's median), and the two-sided Mann-Whitney p-value of no shift."""
+    ``scale``, by default the baseline's median), and the two-sided Mann-Whitney p-value of no shift."""
     import numpy as np
     from scipy import stats
 
@@ -120,7 +131,7 @@ def _shift_interval(new: Sequence[float], base: Sequence[float], confidence: flo
     # U's lower critical value (normal approximation): the interval is [D_(k), D_(nm+1-k)], 1-based.
     k = math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12))
     k = max(k, 1)  # too few requests for this confidence: the widest interval the samples give
-    scale = float(np.median(y))
+    scale = float(np.median(y)) if scale is None else float(scale)
     p = float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     return (float(np.median(diffs)) / scale, float(diffs[k - 1]) / scale, float(diffs[n * m - k]) / scale,
             0.0 if math.isnan(p) else p)
@@ -134,9 +145,27 @@ def _needed(n: int, estimate: float, bound: float, limit: float) -> int:
     return min(MAX_NEEDED_REQUESTS, max(n + 1, math.ceil(n * (half / gap) ** 2)))
 
 
+def by_round(values: Sequence[float], sizes: Sequence[int] | None) -> list[float] | None:
+    """The median of each non-empty round (``sizes``: the values per round, in order), or None when
+    there are fewer than :data:`MIN_ROUNDS` of them or the sizes do not add up."""
+    import statistics
+
+    if not sizes or sum(sizes) != len(values):
+        return None
+    medians, start = [], 0
+    for size in sizes:
+        if size:
+            medians.append(statistics.median(values[start:start + size]))
+        start += size
+    return medians if len(medians) >= MIN_ROUNDS else None
+
+
 def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequence[float], *,
-                 confidence: float, tolerance: float, min_requests: int) -> MetricJudgement:
-    """Compare two samples of one metric (see the module docstring)."""
+                 confidence: float, tolerance: float, min_requests: int,
+                 new_rounds: Sequence[int] | None = None, base_rounds: Sequence[int] | None = None
+                 ) -> MetricJudgement:
+    """Compare two samples of one metric (see the module docstring); by round when both have the
+    rounds' sizes for it (``new_rounds``/``base_rounds``) and enough rounds."""
     import statistics
 
     common = {"metric": metric, "concurrency": concurrency, "n_baseline": len(base), "n_new": len(new)}
@@ -146,7 +175,18 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
     if statistics.median(base) <= 0:  # e.g. TPOT when most answers came in one chunk: no relative change
         return MetricJudgement(verdict=SKIPPED, baseline_median=0.0, new_median=statistics.median(new),
                                note="baseline median 0", **common)
-    change, low, high, p = _shift_interval(new, base, confidence)
+    new_units, base_units = by_round(new, new_rounds), by_round(base, base_rounds)
+    note = ""
+    if new_units is not None and base_units is not None:
+        # one observation per round: the interval's scale is the baseline's pooled median
+        units_n = min(len(new_units), len(base_units))
+        per_unit = min(len(new), len(base)) / units_n
+        note = f"by round: {len(new_units)} vs {len(base_units)}"
+        change, low, high, p = _shift_interval(new_units, base_units, confidence,
+                                               scale=statistics.median(base))
+    else:
+        units_n, per_unit = min(len(new), len(base)), 1.0
+        change, low, high, p = _shift_interval(new, base, confidence)
     # "worse" is a rise in latency beyond 1 + tolerance times the baseline, or a drop in tokens/s below
     # 1 / (1 + tolerance) of it (the same slowdown seen from the other side)
     if metric in LOWER_IS_WORSE:
@@ -157,12 +197,13 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
         limit = tolerance
         bad, good = low > limit, high <= limit
         facing = low if change > limit else high
-    n = min(len(new), len(base))
     verdict = REGRESSED if bad else PASS if good else INCONCLUSIVE
+    needed = None
+    if verdict == INCONCLUSIVE:
+        needed = min(MAX_NEEDED_REQUESTS, math.ceil(_needed(units_n, change, facing, limit) * per_unit))
     return MetricJudgement(
         verdict=verdict, baseline_median=statistics.median(base), new_median=statistics.median(new),
-        change=change, low=low, high=high, p_value=p,
-        needed_requests=_needed(n, change, facing, limit) if verdict == INCONCLUSIVE else None, **common)
+        change=change, low=low, high=high, p_value=p, needed_requests=needed, note=note, **common)
 
 
 def wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
@@ -225,8 +266,10 @@ def judge(result: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, conf
             continue
         b = base["samples"]
         for metric in SAMPLE_METRICS:
-            out.metrics.append(judge_metric(metric, c, new[metric], b[metric], confidence=confidence,
-                                            tolerance=tolerance, min_requests=min_requests))
+            out.metrics.append(judge_metric(
+                metric, c, new[metric], b[metric], confidence=confidence, tolerance=tolerance,
+                min_requests=min_requests, new_rounds=(new.get("round_sizes") or {}).get(metric),
+                base_rounds=(b.get("round_sizes") or {}).get(metric)))
         out.metrics.append(judge_errors(c, (new["errors"], new["ok"] + new["errors"]),
                                         (b["errors"], b["ok"] + b["errors"]), confidence=confidence))
     verdicts = {m.verdict for m in out.metrics}

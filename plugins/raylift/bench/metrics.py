@@ -22,7 +22,7 @@ receive time on plain TCP; see :mod:`raylift.bench.http1`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,23 +137,45 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled:
 SAMPLE_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s")
 
 
-def samples(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def samples(records: Sequence[RequestRecord], *, rounds: Sequence[Sequence[RequestRecord]] | None = None
+            ) -> dict[str, Any]:
     """Each successful request's TTFT, TPOT, e2e and output tokens/s (request order, 4 significant
     digits), and the counts of successes and errors: what the regression judgement compares
-    (:mod:`raylift.bench.judgement`) — a single number per level cannot tell noise from a change."""
-    ok = [r for r in records if r.ok]
+    (:mod:`raylift.bench.judgement`) — a single number per level cannot tell noise from a change.
+
+    With ``rounds`` (the same records, grouped by the round that sent them, in order), the lists are in
+    round order and ``round_sizes`` gives each metric's count per round, so the judgement can take one
+    observation per round."""
+    groups = [list(g) for g in rounds] if rounds is not None else [list(records)]
 
     def column(values: Iterable[float | None]) -> list[float]:
         return [float(f"{v:.4g}") for v in values if v is not None]
 
-    return {
-        "ok": len(ok),
-        "errors": len(records) - len(ok),
-        "ttft_ms": column(r.ttft_ms for r in ok),
-        "tpot_ms": column(r.tpot_ms for r in ok),
-        "e2e_ms": column(r.e2e_ms for r in ok),
-        "output_tokens_per_s": column(r.output_tokens_per_s for r in ok),
-    }
+    out: dict[str, Any] = {"ok": 0, "errors": 0, **{m: [] for m in SAMPLE_METRICS}}
+    sizes: dict[str, list[int]] = {m: [] for m in SAMPLE_METRICS}
+    for group in groups:
+        ok = [r for r in group if r.ok]
+        out["ok"] += len(ok)
+        out["errors"] += len(group) - len(ok)
+        for metric in SAMPLE_METRICS:
+            values = column(getattr(r, metric) for r in ok)
+            out[metric] += values
+            sizes[metric].append(len(values))
+    if rounds is not None:
+        out["round_sizes"] = sizes
+    return out
+
+
+def merge_samples(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Two runs' samples of one level as one (a confirmation run adds its rounds to the first run's);
+    ``round_sizes`` only when both have them."""
+    out: dict[str, Any] = {"ok": first["ok"] + second["ok"], "errors": first["errors"] + second["errors"]}
+    for metric in SAMPLE_METRICS:
+        out[metric] = list(first[metric]) + list(second[metric])
+    if "round_sizes" in first and "round_sizes" in second:
+        out["round_sizes"] = {m: list(first["round_sizes"][m]) + list(second["round_sizes"][m])
+                              for m in SAMPLE_METRICS}
+    return out
 
 
 def wall_time_s(records: Sequence[RequestRecord]) -> float:

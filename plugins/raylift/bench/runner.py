@@ -11,7 +11,26 @@ from typing import Any
 from raylift.bench.loadgen import LoadGenerator
 from raylift.bench.metrics import RequestRecord, samples, summarize
 from raylift.bench.profiles import generate_requests, get_profile
+from raylift.config import BENCHMARK_ROUND_WAVES, BENCHMARK_ROUNDS
 from raylift.errors import RayliftValueError
+
+
+def rounds_for(requests: int, concurrency: int, *, max_rounds: int = BENCHMARK_ROUNDS) -> int:
+    """How many rounds a level's requests go out in: up to ``max_rounds``, each at least
+    :data:`BENCHMARK_ROUND_WAVES` waves of ``concurrency`` (a round smaller than that would not run at
+    its level's concurrency). 1 when the level is too small to split."""
+    return max(1, min(max_rounds, requests // (BENCHMARK_ROUND_WAVES * concurrency)))
+
+
+def _split(items: list[Any], parts: int) -> list[list[Any]]:
+    """``items`` in ``parts`` consecutive slices whose sizes differ by at most one."""
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 async def arun_benchmark(
@@ -26,6 +45,7 @@ async def arun_benchmark(
     stream: bool = True,
     allow_remote: bool = False,
     progress: Callable[[str], None] | None = None,
+    max_rounds: int = BENCHMARK_ROUNDS,
 ) -> dict[str, Any]:
     """:func:`run_benchmark` for callers already inside an event loop (triggers)."""
     levels_wanted = list(concurrency or [1, 4])
@@ -43,19 +63,35 @@ async def arun_benchmark(
     total_duration = 0.0
     total_cancelled = 0
     t0 = time.perf_counter()
+    # Each level's requests (the same seeded set as one block would send) in rounds, the levels taking
+    # turns round by round, so every level is sampled across the whole benchmark's time.
+    plan = {c: _split(generate_requests(spec, requests_per_level, seed_offset=c),
+                      rounds_for(requests_per_level, c, max_rounds=max_rounds)) for c in levels_wanted}
+    per_level: dict[int, list[Any]] = {c: [] for c in levels_wanted}
+    deadline = {c: float(max_seconds_per_level) for c in levels_wanted}
     async with LoadGenerator(
         base_url, model, api=api, stream=stream, allow_remote=allow_remote,  # type: ignore[arg-type]
         max_connections=max(levels_wanted),
     ) as gen:
-        for c in levels_wanted:
-            specs = generate_requests(spec, requests_per_level, seed_offset=c)
-            outcome = await gen.run_concurrency(
-                specs, c, max_seconds=max_seconds_per_level, progress=progress
-            )
-            levels.append({"concurrency": c, **outcome.summary(), "samples": samples(outcome.records)})
-            all_records.extend(outcome.records)
-            total_duration += outcome.duration_s
-            total_cancelled += outcome.cancelled
+        for r in range(max(len(p) for p in plan.values())):
+            for c in levels_wanted:
+                if r >= len(plan[c]) or deadline[c] <= 0:
+                    continue
+                tell = None if progress is None else (
+                    lambda line, r=r, c=c: progress(f"round {r + 1}/{len(plan[c])}, {line}"))
+                outcome = await gen.run_concurrency(plan[c][r], c, max_seconds=deadline[c], progress=tell)
+                deadline[c] -= outcome.duration_s
+                per_level[c].append(outcome)
+    for c in levels_wanted:
+        outcomes = per_level[c]
+        records = [rec for o in outcomes for rec in o.records]
+        duration = sum(o.duration_s for o in outcomes)
+        cancelled = sum(o.cancelled for o in outcomes)
+        levels.append({"concurrency": c, **summarize(records, duration, cancelled=cancelled),
+                       "rounds": len(outcomes), "samples": samples(records, rounds=[o.records for o in outcomes])})
+        all_records.extend(records)
+        total_duration += duration
+        total_cancelled += cancelled
     if progress is not None:
         progress(f"benchmark done: {len(all_records)} requests in {time.perf_counter() - t0:.1f}s")
     return {
@@ -84,11 +120,12 @@ def run_benchmark(
     stream: bool = True,
     allow_remote: bool = False,
     progress: Callable[[str], None] | None = None,
+    max_rounds: int = BENCHMARK_ROUNDS,
 ) -> dict[str, Any]:
     """Benchmark an OpenAI-compatible endpoint at each concurrency level; a JSON-able result.
 
-    Each level sends ``requests_per_level`` requests (seeded by the profile and the level) and stops
-    early after ``max_seconds_per_level``. ``concurrency`` defaults to ``[1, 4]``. ``overall`` pools
+    Each level sends ``requests_per_level`` requests (seeded by the profile and the level) in rounds
+    (:func:`rounds_for`; the levels take turns) and stops early after ``max_seconds_per_level`` in all. ``concurrency`` defaults to ``[1, 4]``. ``overall`` pools
     every request; its throughput is all output tokens over the summed level durations.
 
     :raises EndpointNotAllowedError: ``base_url`` is not loopback and ``allow_remote`` is False.
@@ -97,7 +134,7 @@ def run_benchmark(
         arun_benchmark(
             base_url, model, profile=profile, concurrency=concurrency,
             requests_per_level=requests_per_level, max_seconds_per_level=max_seconds_per_level,
-            api=api, stream=stream, allow_remote=allow_remote, progress=progress,
+            api=api, stream=stream, allow_remote=allow_remote, progress=progress, max_rounds=max_rounds,
         )
     )
 

@@ -77,7 +77,7 @@ class BenchmarkOperator(TargetOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from raylift.bench.gates import assess, merged_slos
-        from raylift.bench.judgement import INCONCLUSIVE, format_judgement
+        from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, format_judgement
         from raylift.config import (
             DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT,
         )
@@ -127,6 +127,27 @@ class BenchmarkOperator(TargetOperator):
             confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
             strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
         )
+        if judgement.verdict == REGRESSED and all(v.kind == "regression" for v in violations):
+            # A regression is confirmed before it rolls back (as Argo Rollouts' failureLimit / Flagger's
+            # threshold require more than one failed analysis): a second benchmark's rounds join the
+            # first's and the judgement is made again on both. On this box one run's requests share a
+            # run-level state, so a single run can look slower than it is; a real slowdown holds in both.
+            self.log.warning("%s\nregression seen: confirming with a second benchmark before rolling back",
+                             format_judgement(judgement.as_dict()))
+            second = run_benchmark(
+                endpoint, str(self.served_name), profile=self.profile, concurrency=self._levels(),
+                requests_per_level=int(self.requests_per_level), max_seconds_per_level=self.max_seconds_per_level,
+                allow_remote=self.target != "local",
+                progress=lambda line: self.log.info("confirmation benchmark: %s (%s)", line, watch))
+            self.log.info("confirmation benchmark results (%s):\n%s", watch, format_table(second))
+            result = confirmed(result, second, judgement.as_dict())
+            judgement, violations = assess(
+                result, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
+                (good or {}).get("benchmark"),
+                max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
+                confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
+                strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
+            )
         result["judgement"] = judgement.as_dict()
         self.log.info("%s", format_judgement(result["judgement"]))
         if judgement.verdict == INCONCLUSIVE and not violations:
@@ -154,6 +175,24 @@ class BenchmarkOperator(TargetOperator):
         return {"overall": result.get("overall", {}), "levels": _without_samples(result.get("levels", [])),
                 "judgement": result["judgement"],
                 "results_uri": state.store.child_uri(f"{run_key(run_id)}/benchmark.json")}
+
+
+def confirmed(first: dict[str, Any], second: dict[str, Any], first_judgement: dict[str, Any]) -> dict[str, Any]:
+    """The first run with the confirmation run's samples added level by level (the judgement is made
+    on both); its summaries stay the first run's (the SLOs were checked on them), the confirmation's
+    summaries and the first judgement are kept under ``confirmation``."""
+    from raylift.bench.metrics import merge_samples
+
+    extra = {lv["concurrency"]: lv for lv in second["levels"]}
+    levels = []
+    for level in first["levels"]:
+        more = extra.get(level["concurrency"])
+        if more is not None and level.get("samples") and more.get("samples"):
+            level = {**level, "samples": merge_samples(level["samples"], more["samples"])}
+        levels.append(level)
+    return {**first, "levels": levels,
+            "confirmation": {"levels": _without_samples(second["levels"]), "overall": second.get("overall", {}),
+                             "first_judgement": first_judgement}}
 
 
 def _number(value: Any, default: float) -> float:
