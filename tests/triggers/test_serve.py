@@ -44,3 +44,31 @@ def test_failure_message_includes_the_deployments_own_error() -> None:
     }
     event = trig().evaluate(body)
     assert event is not None and "LLMServer: RuntimeError: deliberately broken app" in event["message"]
+
+
+def test_a_refused_token_fails_at_once_instead_of_waiting_for_the_deadline(monkeypatch) -> None:
+    import asyncio
+    import time
+
+    from tests.fixtures.http_standin import JsonHandler, serve_http
+
+    class Refusing(JsonHandler):
+        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+
+    async def first_event(url: str) -> tuple[dict, float]:
+        t0 = time.monotonic()
+        trigger = ServeApplicationsTrigger(url, ["llm"], submitted_at=0.0, timeout_s=30, poll_interval_s=0.2)
+        async for event in trigger.run():
+            return event.payload, time.monotonic() - t0
+        raise AssertionError("no event")
+
+    with serve_http(Refusing) as port:
+        event, seconds = asyncio.run(first_event(f"http://127.0.0.1:{port}"))
+    assert event["status"] == "failed" and "requires a token" in event["message"], event
+    assert seconds < 10  # not the 30 s deadline

@@ -16,7 +16,8 @@ class ServeApplicationsTrigger(BaseTrigger):
     An app counts only once it was (re)deployed at or after ``submitted_at``: right after a PUT the
     controller may still report the *previous* version as RUNNING, which must not pass for the new one.
     Emits one event: ``success`` (all RUNNING), ``failed`` (an app DEPLOY_FAILED/UNHEALTHY, with Serve's
-    own message) or ``timeout`` (with the last statuses seen).
+    own message, or the dashboard refused the token: 401/403 are not retried) or ``timeout`` (with the
+    last statuses seen).
     """
 
     def __init__(
@@ -70,7 +71,7 @@ class ServeApplicationsTrigger(BaseTrigger):
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from raylift.hooks.ray_dashboard import RayDashboardHook
+        from raylift.hooks.ray_dashboard import RayAuthError, RayDashboardHook
 
         hook = RayDashboardHook(self.dashboard_url, timeout_s=10)
         deadline = time.monotonic() + self.timeout_s
@@ -83,6 +84,9 @@ class ServeApplicationsTrigger(BaseTrigger):
                 if event is not None:
                     yield TriggerEvent(event)
                     return
+            except RayAuthError as exc:  # a missing or wrong token does not fix itself: fail now, not at the deadline
+                yield TriggerEvent({"status": "failed", "app_status": "auth", "message": str(exc)})
+                return
             except Exception as exc:  # dashboard briefly unreachable: keep waiting until the deadline
                 last = {"error": f"{type(exc).__name__}: {exc}"}
             if time.monotonic() > deadline:
