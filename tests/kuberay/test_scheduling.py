@@ -172,3 +172,12 @@ def test_the_predicate_follows_kube_scheduler() -> None:
     assert why_not({**tolerant, "affinity": affinity}, node, known) == ["required node affinity does not match"]
     big = {**tolerant, "containers": [{"resources": {"requests": {"nvidia.com/gpu": "5"}}}]}
     assert why_not(big, node, known) == ["nvidia.com/gpu 5 > allocatable 4"]
+
+
+def test_quantities_are_read_by_kubernetes_own_parser() -> None:
+    # forms the API server takes that a suffix table misses: exponents and the exa/peta suffixes
+    assert parse_quantity("1e3") == 1000.0 and parse_quantity("2P") == 2e15
+    assert parse_quantity("1Ei", memory=True) == 2.0**30 and parse_quantity("500m") == 0.5
+    assert parse_quantity("24Gi", memory=True) == 24.0 and parse_quantity(4) == 4.0
+    with pytest.raises(ValueError):
+        parse_quantity("12 cores")

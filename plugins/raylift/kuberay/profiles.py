@@ -179,19 +179,10 @@ def get_profile(name: str) -> NodeProfile:
         ) from None
 
 
-_SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-    "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3,
-}  # fmt: skip
-
-
 def parse_quantity(value: str | int | float, *, memory: bool = False) -> float:
-    """A Kubernetes quantity as a float; memory in GiB so totals stay readable."""
-    text = str(value)
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if text.endswith(suffix):
-            number = float(text[: -len(suffix)]) * _SUFFIX[suffix]
-            break
-    else:
-        number = float(text)
+    """A Kubernetes quantity as a float (kubernetes' own parser: every suffix the API server takes, and a
+    ValueError naming a bad one); memory in GiB so totals stay readable."""
+    from kubernetes.utils.quantity import parse_quantity as k8s_quantity  # lazy: the client is heavy
+
+    number = float(k8s_quantity(value))
     return number / 2**30 if memory else number

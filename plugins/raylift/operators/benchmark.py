@@ -37,6 +37,10 @@ class BenchmarkReportLink(BaseOperatorLink):
 
 
 class BenchmarkOperator(TargetOperator):
+    """The deploy's evidence step: benchmark the app's endpoint (rounds per concurrency level), judge it
+    against the SLOs and the last good run, confirm a regression with a second benchmark, then record the
+    run as last good or roll the app back. Results, report and judgement go to the run's store folder."""
+
     operator_extra_links = (BenchmarkReportLink(),)
     template_fields = (
         *TargetOperator.template_fields,

@@ -22,6 +22,9 @@ from raylift.targets.base import Artifact, StagedModel
 
 
 class ServeDeployOperator(TargetOperator):
+    """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
+    on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order)."""
+
     template_fields = (
         *TargetOperator.template_fields,
         "artifact",

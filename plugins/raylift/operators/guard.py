@@ -17,6 +17,9 @@ from raylift.operators.base import TargetOperator
 
 
 class RollbackUnprovenOperator(TargetOperator):
+    """Runs when a step past the deploy failed (``one_failed``): restores the app if this run's unproven
+    config is still the one serving."""
+
     template_fields = (*TargetOperator.template_fields, "app_name")
 
     def __init__(self, *, app_name: str = DEFAULT_APP_NAME, **kwargs: Any) -> None:

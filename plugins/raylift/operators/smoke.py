@@ -10,6 +10,9 @@ from raylift.operators.base import TargetOperator
 
 
 class SmokeTestOperator(TargetOperator):
+    """Run the smoke checks of the deployed app's kind (``raylift.smoke.run_smoke``) where the deploy says
+    it answers; any failure restores the previous good config before the task fails."""
+
     template_fields = (*TargetOperator.template_fields, "served_name", "app_name", "deployed")
 
     def __init__(self, *, served_name: str, deployed: Any = None, app_name: str = DEFAULT_APP_NAME, **kw: Any):

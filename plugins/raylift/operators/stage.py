@@ -15,6 +15,9 @@ from raylift.targets.base import StagedModel
 
 
 class StageModelOperator(TargetOperator):
+    """Stage a model (hub, local path, file:// or s3://) into the target's model store under a
+    content-addressed folder; the returned record tells the deploy where the weights are."""
+
     template_fields = (
         *TargetOperator.template_fields, "model_source", "model_id", "revision", "allow_patterns", "ignore_patterns",
     )
