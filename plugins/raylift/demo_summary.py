@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"steps without a result: {', '.join(failed)} (see {args.log})")
     print(f"endpoint:  {endpoint}/v1  (OpenAI-compatible; model {served!r})")
+    cold = record.get("cold_start") or {}
+    if cold.get("trigger_to_running_s") is not None:
+        print(f"cold start: trigger → RUNNING {cold['trigger_to_running_s']} s, "
+              f"→ first token {cold.get('trigger_to_first_token_s')} s")
     body = json.dumps({"model": served, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16})
     print(f"try:       curl -s {endpoint}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")
     if bench:

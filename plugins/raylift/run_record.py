@@ -22,10 +22,45 @@ def redact(value: Any) -> Any:
     return value
 
 
+def _at(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
+
+
+def cold_start(triggered_at: datetime | None, parts: dict[str, Any]) -> dict[str, Any]:
+    """How long this run took from its trigger to a RUNNING app and to the first streamed token.
+
+    ``triggered_at`` is the run's ``run_after`` (the trigger time for a UI/REST trigger, the scheduled
+    time for a scheduled run); RUNNING is when the deploy's wait saw it, the first token is the smoke
+    test's streamed request. A step that did not get there leaves its figure ``None``.
+    """
+    running_at = _at((parts.get("deployed") or {}).get("running_at"))
+    first_token_at = _at(((parts.get("smoke") or {}).get("stream") or {}).get("first_token_at"))
+
+    def since_trigger(moment: datetime | None) -> float | None:
+        return round((moment - triggered_at).total_seconds(), 1) if moment and triggered_at else None
+
+    return {
+        "triggered_at": triggered_at.isoformat() if triggered_at else None,
+        "running_at": running_at.isoformat() if running_at else None,
+        "first_token_at": first_token_at.isoformat() if first_token_at else None,
+        "trigger_to_running_s": since_trigger(running_at),
+        "trigger_to_first_token_s": since_trigger(first_token_at),
+    }
+
+
 def build_record(
-    *, run_id: str, target: str, params: dict[str, Any], parts: dict[str, Any]
+    *,
+    run_id: str,
+    target: str,
+    params: dict[str, Any],
+    parts: dict[str, Any],
+    triggered_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """``steps`` says which pipeline steps produced their result (a failed step leaves ``missing``)."""
+    """``steps`` says which pipeline steps produced their result (a failed step leaves ``missing``);
+    ``cold_start`` how long the trigger took to reach a RUNNING app and a first token."""
     model = parts.get("model") or {}
     config = parts.get("serve_config")
     bench = parts.get("benchmark") or {}
@@ -47,6 +82,7 @@ def build_record(
             "serve_config": config,
             "serve_config_hash": config_hash(config) if config else None,
             "endpoint": (parts.get("deployed") or {}).get("endpoint"),
+            "cold_start": cold_start(triggered_at, parts),
             "smoke": parts.get("smoke"),
             "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri"),
                           "judgement": bench.get("judgement")},  # the regression gate's verdict per metric

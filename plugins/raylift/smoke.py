@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -74,7 +75,8 @@ def _stream(
         "stream_options": {"include_usage": True},
     }
     what = "streaming chat completion" if chat else "streaming completion"
-    chunks, texts, usage = 0, [], None
+    chunks, texts, usage, first_token_at = 0, [], None, None
+    sent_at = datetime.now(timezone.utc)
     with client.stream("POST", f"{base}{path}", json=body) as resp:
         if resp.status_code != 200:
             raise SmokeTestError(f"The {what} answered {resp.status_code}.")
@@ -87,22 +89,29 @@ def _stream(
             for choice in event.get("choices", []):
                 text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
                 if text:
+                    first_token_at = first_token_at or datetime.now(timezone.utc)
                     chunks += 1
                     texts.append(text)
-    if chunks == 0 or not "".join(texts).strip():
+    if first_token_at is None or not "".join(texts).strip():
         raise SmokeTestError(f"The {what} sent no text chunks.")
     if not usage or not usage.get("completion_tokens"):
         raise SmokeTestError(f"The {what} sent no usage counts.")
-    return {"chunks": chunks, "text": "".join(texts)[:200], "usage": usage}
+    return {
+        "chunks": chunks,
+        "text": "".join(texts)[:200],
+        "usage": usage,
+        "sent_at": sent_at.isoformat(),
+        "first_token_at": first_token_at.isoformat(),  # the run record's trigger→first token
+        "ttft_s": round((first_token_at - sent_at).total_seconds(), 3),
+    }
 
 
 def _openai(streamed_chat: bool) -> Callable[[httpx.Client, str, str, int], dict[str, Any]]:
     def checks(client: httpx.Client, base: str, served_name: str, max_tokens: int) -> dict[str, Any]:
-        return {
-            "models": _models(client, base, served_name),
-            "chat": _chat(client, base, served_name, max_tokens),
-            "stream": _stream(client, base, served_name, max_tokens, chat=streamed_chat),
-        }
+        models = _models(client, base, served_name)
+        # streamed first: its first token is the first any client gets from this version (cold start)
+        stream = _stream(client, base, served_name, max_tokens, chat=streamed_chat)
+        return {"models": models, "chat": _chat(client, base, served_name, max_tokens), "stream": stream}
 
     return checks
 

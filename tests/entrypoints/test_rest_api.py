@@ -6,6 +6,9 @@ Ray cluster and vLLM on 127.0.0.1; invalid confs are refused at trigger time by 
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +39,15 @@ def test_triggered_run_succeeds_and_benchmark_summary_is_in_xcom(
     deployed_app = airflow.xcom("raylift_deploy", DEPLOY_RUN_ID, "deploy")
     assert deployed_app["served_name"] == "tiny-test"
     assert deployed_app["endpoint"].startswith("http://127.0.0.1:")
+
+    # the run record's cold start, against Airflow's own account of the run (its REST API)
+    record_uri = airflow.xcom("raylift_deploy", DEPLOY_RUN_ID, "run_record")
+    cold = json.loads(Path(record_uri.removeprefix("file://")).read_text())["cold_start"]
+    at = {key: datetime.fromisoformat(value) for key, value in cold.items() if key.endswith("_at")}
+    assert at["triggered_at"] == datetime.fromisoformat(deployed["run_after"]), (cold, deployed)
+    started, ended = (datetime.fromisoformat(deployed[key]) for key in ("start_date", "end_date"))
+    assert started < at["running_at"] <= at["first_token_at"] < ended, (cold, deployed)
+    assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold
 
 
 @pytest.mark.parametrize(

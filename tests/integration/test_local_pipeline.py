@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,13 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     assert overall["output_tokens"] > 0 and overall["errors"] == 0
     assert record["model"]["files"]["model.safetensors"]["sha256"]
     assert record["serve_config_hash"] and record["artifact"]["digest"]
+    # cold start: between the trigger and the first token lies Ray Serve's own deploy time for the app
+    cold = record["cold_start"]
+    at = {k: datetime.fromisoformat(cold[k]) for k in ("triggered_at", "running_at", "first_token_at")}
+    deployed_at = datetime.fromtimestamp(serve_details(stack)["last_deployed_time_s"], timezone.utc)
+    assert at["triggered_at"] < deployed_at <= at["running_at"] <= at["first_token_at"], (cold, deployed_at)
+    assert at["first_token_at"] <= datetime.fromisoformat(record["written_at"]), cold
+    assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold
     # the endpoint is still serving after the run, and the cluster has the worker it asked for
     resp = chat(stack.serve_url)
     assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]

@@ -7,6 +7,7 @@ import importlib
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,10 +38,16 @@ def trigger(**kwargs) -> RayServiceReadyTrigger:
 
 
 def events(trig: RayServiceReadyTrigger) -> list[dict]:
+    """The trigger's events, each checked for and stripped of ``seen_at`` (when the wait saw it)."""
+
     async def collect() -> list[dict]:
         return [event.payload async for event in trig.run()]
 
-    return asyncio.run(asyncio.wait_for(collect(), timeout=30))
+    started = time.time()
+    payloads = asyncio.run(asyncio.wait_for(collect(), timeout=30))
+    for payload in payloads:
+        assert started <= payload.pop("seen_at") <= time.time(), payload
+    return payloads
 
 
 def condition(ready: bool, reason: str, message: str = "") -> dict:

@@ -139,7 +139,10 @@ class ServeDeployOperator(TargetOperator):
         target = self.target_impl
         current = target.current_serve_config()
         self.check_fit_with_surge(app, current)
-        if app_kind(app).vllm:
+        kind = app_kind(app)
+        if kind.runtime_module:
+            target.ensure_app_runtime(kind.runtime_module, kind.name)
+        if kind.vllm:
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
         defaults = {**self._base, **target.serve_cluster_options()}
         config = merge_app(current, app, defaults=defaults)
@@ -184,6 +187,8 @@ class ServeDeployOperator(TargetOperator):
         return self.execute_complete(context, asyncio.run(first_event()))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        from datetime import datetime, timezone
+
         from raylift.rollback import restore_app
         from raylift.serve_config import app_by_name, app_kind, app_url, config_hash
 
@@ -195,7 +200,10 @@ class ServeDeployOperator(TargetOperator):
 
                 settle(self.target_impl, config, str(self.app_name))
             app = app_by_name(config, str(self.app_name)) or {}
+            seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
+            running_at = datetime.fromtimestamp(seen, timezone.utc) if seen else datetime.now(timezone.utc)
             return {
+                "running_at": running_at.isoformat(),
                 "app_name": self.app_name,
                 "kind": app_kind(app).name,
                 "route_prefix": app.get("route_prefix") or "/",

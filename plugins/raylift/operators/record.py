@@ -30,6 +30,12 @@ class RunRecordOperator(TargetOperator):
             target=self.target,
             params=dict(context["params"]),
             parts={**self.parts, "serve_config": config},
+            triggered_at=getattr(context.get("dag_run"), "run_after", None),
+        )
+        timings = record["cold_start"]
+        self.log.info(
+            "cold start: trigger → RUNNING %s s, trigger → first token %s s",
+            timings["trigger_to_running_s"], timings["trigger_to_first_token_s"],
         )
         store = open_store(self.target_impl.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
         key = f"{run_key(context['run_id'])}/record.json"

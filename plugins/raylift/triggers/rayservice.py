@@ -69,7 +69,8 @@ class RayServiceReadyTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        yield TriggerEvent(await self._wait())
+        event = await self._wait()
+        yield TriggerEvent({**event, "seen_at": time.time()})  # the run record's trigger→RUNNING
 
     async def _wait(self) -> dict[str, Any]:
         from kubernetes_asyncio.client.exceptions import ApiException

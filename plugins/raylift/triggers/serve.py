@@ -81,8 +81,8 @@ class ServeApplicationsTrigger(BaseTrigger):
                 payload = await hook.aserve_applications()
                 last = hook.app_statuses(payload)
                 event = self.evaluate(payload)
-                if event is not None:
-                    yield TriggerEvent(event)
+                if event is not None:  # seen_at: when the wait saw it (the run record's trigger→RUNNING)
+                    yield TriggerEvent({**event, "seen_at": time.time()})
                     return
             except RayAuthError as exc:  # a missing or wrong token does not fix itself: fail now, not at the deadline
                 yield TriggerEvent({"status": "failed", "app_status": "auth", "message": str(exc)})
