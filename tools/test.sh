@@ -4,6 +4,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
 bash tools/setup.sh all || exit 1
+bash tools/setup.sh llamacpp || exit 1  # the llama.cpp app's tests need it
 "$RUNTIME_VENV/bin/python" tools/make_tiny_model.py "$RAYLIFT_CACHE/tiny-llama" >/dev/null || exit 1
 export RAYLIFT_TINY_MODEL=$RAYLIFT_CACHE/tiny-llama
 export PATH=$CONTROL_VENV/bin:$PATH

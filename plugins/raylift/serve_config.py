@@ -35,19 +35,21 @@ class AppKind:
     ``engine``: what ``engine_args`` configure ("" = the app takes none). ``openai``: it speaks the
     OpenAI API (smoke-tested and benchmarked as an LLM endpoint). ``vllm``: engine args are vLLM's,
     so the target can check them and the parallel sizes are validated against GPUs / NeuronCores.
+    ``runtime_module``: what only this app imports, which the local runtime gets on its first deploy.
     """
 
     name: str
     engine: str = ""
     openai: bool = False
     vllm: bool = False
+    runtime_module: str = ""
 
 
 APP_KINDS: dict[str, AppKind] = {
     kind.name: kind
     for kind in (
         AppKind("llm", engine="vLLM AsyncEngineArgs", openai=True, vllm=True),
-        AppKind("llamacpp", engine="llama_cpp.Llama arguments", openai=True),
+        AppKind("llamacpp", engine="llama_cpp.Llama arguments", openai=True, runtime_module="llama_cpp"),
         AppKind("translator"),
     )
 }

@@ -171,6 +171,10 @@ class Target(ABC):
         Nothing here (local: the run record and report are the dashboard); AWS targets publish to CloudWatch."""
         return []
 
+    def ensure_app_runtime(self, module: str, app_kind: str) -> None:
+        """Make sure the cluster's runtime can import ``module``, which only the ``app_kind`` app needs.
+        The images built for AWS targets carry every app's packages, so nothing to do here."""
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
         """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM
         runtime rely on Serve reporting DEPLOY_FAILED (and the deploy rolling back) instead."""

@@ -113,6 +113,35 @@ class LocalTarget(Target):
     def endpoint_url(self) -> str:
         return self.settings.serve_url
 
+    def ensure_app_runtime(self, module: str, app_kind: str) -> None:
+        """Install what only one app needs into the runtime env on that app's first deploy
+        (``tools/setup.sh <app_kind>``): llama-cpp-python compiles from its sdist for minutes, which
+        `make demo`, whose LLM app never imports it, should not pay."""
+        import logging
+        from pathlib import Path
+
+        probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+        if subprocess.run([str(self.settings.runtime_python), "-c", probe], timeout=60).returncode == 0:
+            return
+        command = ["bash", str(repo_root() / "tools" / "setup.sh"), app_kind]
+        if Path(self.settings.runtime_python) != repo_root() / ".cache/venvs/runtime/bin/python":
+            raise ClusterError(
+                f"The {app_kind} app needs {module!r}, which the runtime at {self.settings.runtime_python} "
+                "(RAYLIFT_RUNTIME_PYTHON) cannot import: install it there (the pin is in "
+                "requirements/runtime.lock); raylift installs it only into its own runtime env. Nothing was deployed."
+            )
+        logging.getLogger(__name__).info(
+            "the %s app needs %r, not yet in the runtime env: running %s (the first time it compiles; minutes)",
+            app_kind, module, " ".join(command[1:]),
+        )
+        proc = subprocess.run(command, cwd=repo_root(), capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise ClusterError(
+                f"Could not install {module!r} for the {app_kind} app into the runtime env "
+                f"(`bash tools/setup.sh {app_kind}` exited {proc.returncode}): {(proc.stdout + proc.stderr)[-800:]} "
+                "Run that command by hand to see the whole output; nothing was deployed."
+            )
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
         """Ask vLLM (in the runtime env) whether it accepts ``engine_args`` for this model, in seconds.
 
