@@ -2,7 +2,9 @@
 
 Not a pytest test (it takes ~15 min): run it by hand on a quiet box, after `make setup`::
 
-    RAYLIFT_TINY_MODEL=.cache/tiny-llama .cache/venvs/control/bin/python -m tests.entrypoints.repeat_rest_redeploys 10
+    RAYLIFT_TINY_MODEL=$PWD/.cache/tiny-llama .cache/venvs/control/bin/python -m tests.entrypoints.repeat_rest_redeploys 10
+
+(an absolute model path: the Airflow workers resolve a relative one from their own folder)
 
 It starts a real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1, triggers
 ``raylift_deploy`` through ``/api/v2`` with the README's conf once as the baseline and then ``N`` more times
@@ -55,6 +57,12 @@ def main(repeats: int) -> int:
                 entry["verdicts"] = dict(Counter(m.get("verdict") for m in judgement.get("metrics", [])))
             except Exception as exc:  # a failed benchmark task has no XCom; the failure report says why
                 entry["xcom_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            try:  # the run record's cold start (the first run starts the cluster and the replica)
+                record_uri = server.xcom("raylift_deploy", run_id, "run_record")
+                cold = json.loads(Path(record_uri.removeprefix("file://")).read_text())["cold_start"]
+                entry["cold_start"] = {k: v for k, v in cold.items() if k.endswith("_s")}
+            except Exception as exc:
+                entry["record_error"] = f"{type(exc).__name__}: {exc}"[:300]
             if state != "success":
                 entry["failure"] = server.failure_report("raylift_deploy", run_id)[-3000:]
             print(json.dumps({k: v for k, v in entry.items() if k != "failure"}), flush=True)

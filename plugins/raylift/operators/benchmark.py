@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
@@ -63,6 +64,7 @@ class BenchmarkOperator(TargetOperator):
         regression_confidence: float | str | None = None,
         regression_strict: bool | str | None = None,
         regression_baseline: str | None = None,
+        confirm_pause_s: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,6 +75,7 @@ class BenchmarkOperator(TargetOperator):
         self.max_regression = max_regression
         self.regression_confidence, self.regression_strict = regression_confidence, regression_strict
         self.regression_baseline = regression_baseline
+        self.confirm_pause_s = confirm_pause_s  # None: config.REGRESSION_CONFIRM_PAUSE_S
 
     def _levels(self) -> list[int]:
         raw = self.concurrency
@@ -84,6 +87,7 @@ class BenchmarkOperator(TargetOperator):
         from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, format_judgement
         from raylift.config import (
             DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT,
+            REGRESSION_CONFIRM_PAUSE_S,
         )
         from raylift.bench.report import run_history, write_run_report
         from raylift.bench.runner import format_table, run_benchmark
@@ -133,25 +137,32 @@ class BenchmarkOperator(TargetOperator):
         )
         if judgement.verdict == REGRESSED and all(v.kind == "regression" for v in violations):
             # A regression is confirmed before it rolls back (as Argo Rollouts' failureLimit / Flagger's
-            # threshold require more than one failed analysis): a second benchmark's rounds join the
-            # first's and the judgement is made again on both. On this box one run's requests share a
-            # run-level state, so a single run can look slower than it is; a real slowdown holds in both.
-            self.log.warning("%s\nregression seen: confirming with a second benchmark before rolling back",
-                             format_judgement(judgement.as_dict()))
+            # threshold require more than one failed analysis): after a pause, a second benchmark is
+            # judged on its own, and it decides (it is also the app's state now). A slow spell of the
+            # machine hits a benchmark sent right after the first one too (see REGRESSION_CONFIRM_PAUSE_S);
+            # a real slowdown holds in both.
+            pause = _number(self.confirm_pause_s, REGRESSION_CONFIRM_PAUSE_S)
+            self.log.warning("%s\nregression seen: confirming with a second benchmark in %.0f s before rolling back",
+                             format_judgement(judgement.as_dict()), pause)
+            time.sleep(pause)
             second = run_benchmark(
                 endpoint, str(self.served_name), profile=self.profile, concurrency=self._levels(),
                 requests_per_level=int(self.requests_per_level), max_seconds_per_level=self.max_seconds_per_level,
                 allow_remote=self.target != "local",
                 progress=lambda line: self.log.info("confirmation benchmark: %s (%s)", line, watch))
             self.log.info("confirmation benchmark results (%s):\n%s", watch, format_table(second))
-            result = confirmed(result, second, judgement.as_dict())
+            first, first_judgement = result, judgement
             judgement, violations = assess(
-                result, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
+                second, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
                 (good or {}).get("benchmark"),
                 max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
                 confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
                 strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
             )
+            result = confirmation_result(first, first_judgement.as_dict(), second, pause)
+            self.log.warning("regression %s: the second benchmark, %.0f s later, judged it %s",
+                             "confirmed" if judgement.verdict == REGRESSED else "not confirmed", pause,
+                             judgement.verdict)
         result["judgement"] = judgement.as_dict()
         self.log.info("%s", format_judgement(result["judgement"]))
         if judgement.verdict == INCONCLUSIVE and not violations:
@@ -181,22 +192,14 @@ class BenchmarkOperator(TargetOperator):
                 "results_uri": state.store.child_uri(f"{run_key(run_id)}/benchmark.json")}
 
 
-def confirmed(first: dict[str, Any], second: dict[str, Any], first_judgement: dict[str, Any]) -> dict[str, Any]:
-    """The first run with the confirmation run's samples added level by level (the judgement is made
-    on both); its summaries stay the first run's (the SLOs were checked on them), the confirmation's
-    summaries and the first judgement are kept under ``confirmation``."""
-    from raylift.bench.metrics import merge_samples
-
-    extra = {lv["concurrency"]: lv for lv in second["levels"]}
-    levels = []
-    for level in first["levels"]:
-        more = extra.get(level["concurrency"])
-        if more is not None and level.get("samples") and more.get("samples"):
-            level = {**level, "samples": merge_samples(level["samples"], more["samples"])}
-        levels.append(level)
-    return {**first, "levels": levels,
-            "confirmation": {"levels": _without_samples(second["levels"]), "overall": second.get("overall", {}),
-                             "first_judgement": first_judgement}}
+def confirmation_result(
+    first: dict[str, Any], first_judgement: dict[str, Any], second: dict[str, Any], pause_s: float
+) -> dict[str, Any]:
+    """The confirmation's results (it decided, its samples are the next run's baseline if it passes), with
+    the first benchmark's summaries and judgement kept under ``confirmation`` (its samples are dropped)."""
+    return {**second, "confirmation": {"first_levels": _without_samples(first["levels"]),
+                                       "first_overall": first.get("overall", {}),
+                                       "first_judgement": first_judgement, "pause_s": pause_s}}
 
 
 def _number(value: Any, default: float) -> float:
