@@ -10,13 +10,17 @@ from raylift.serve_config import config_hash
 SECRET_HINTS = ("token", "secret", "password", "key", "credential")
 
 
+def _looks_secret(key: str) -> bool:
+    """A key naming a secret (``hf_token``, ``aws_secret_access_key``); ``*_at`` keys are timestamps
+    (``first_token_at`` is when the first token came, not a token)."""
+    key = key.lower()
+    return not key.endswith("_at") and any(h in key for h in SECRET_HINTS)
+
+
 def redact(value: Any) -> Any:
     """Drop values whose key looks like a secret; records are meant to be shared."""
     if isinstance(value, dict):
-        return {
-            k: ("***" if any(h in k.lower() for h in SECRET_HINTS) and isinstance(v, str) else redact(v))
-            for k, v in value.items()
-        }
+        return {k: ("***" if _looks_secret(k) and isinstance(v, str) else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
