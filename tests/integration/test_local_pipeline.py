@@ -8,9 +8,8 @@ One module-scoped stack (a head and 1 worker node), its tests in order:
    sent is counted):
    (a) one replica's Ray worker process is SIGKILLed: the error rate stays under 1 % and Serve brings
        the app back to 2 replicas;
-   (b) on one replica, the same config is deployed twice (both pass their gates), then a version that
-       fails its release gate: the benchmark step rolls back to the last good config, the run fails
-       naming the metric and both values, and the load sees no failure;
+   (b) a version that fails its release gate is deployed: the benchmark step rolls back to the last
+       good config, the run fails naming the metric and both values, and the load sees no failure;
 3. a deliberately broken deploy is rolled back while the previous version keeps answering;
 4. teardown stops the cluster.
 The tests share one stack because a stack (cluster, engine starts, a deploy) is minutes on 2 cores.
@@ -44,9 +43,6 @@ pytestmark = pytest.mark.integration
 
 APP, DEPLOYMENT, MODEL = "llm", "LLMServer", "tiny-test"
 REPLICAS = 2
-# The gate test runs on one replica: its slow version (a code update) and the rollback each start one new
-# replica instead of three in turn (a surge replica, then one wave per replica), ~3.5 min less of the suite.
-GATE_REPLICAS = 1
 # An engine start is 40-100 s on this CPU; with the 2 cores shared by other jobs it took up to 461 s.
 RECOVERY_TIMEOUT_S = 600
 
@@ -98,19 +94,18 @@ def running_replicas(app: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in app["deployments"][DEPLOYMENT]["replicas"] if r["state"] == "RUNNING"]
 
 
-def wait_recovered(stack: LocalStack, gone: set[str], timeout_s: float = RECOVERY_TIMEOUT_S,
-                   replicas: int = REPLICAS) -> dict[str, Any]:
-    """Until the app is RUNNING with ``replicas`` replicas, none of them one of ``gone`` (REST API)."""
+def wait_recovered(stack: LocalStack, gone: set[str], timeout_s: float = RECOVERY_TIMEOUT_S) -> dict[str, Any]:
+    """Until the app is RUNNING with the configured replicas, none of them one of ``gone`` (REST API)."""
     deadline = time.monotonic() + timeout_s
     app: dict[str, Any] = {}
     while time.monotonic() < deadline:
         app = serve_details(stack)
-        running = running_replicas(app)
+        replicas = running_replicas(app)
         if (app["status"] == "RUNNING" and app["deployments"][DEPLOYMENT]["status"] == "HEALTHY"
-                and len(running) == replicas and not gone & {r["replica_id"] for r in running}):
+                and len(replicas) == REPLICAS and not gone & {r["replica_id"] for r in replicas}):
             return app
         time.sleep(2)
-    raise AssertionError(f"Serve did not recover to {replicas} replicas in {timeout_s}s: "
+    raise AssertionError(f"Serve did not recover to {REPLICAS} replicas in {timeout_s}s: "
                          f"{json.dumps(app.get('deployments', {}).get(DEPLOYMENT, {}), default=str)[:2000]}")
 
 
@@ -266,13 +261,12 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         # first deploy was measured without the load, and a gate comparing runs under different loads
         # measures the load (seen: output tokens/s -20 % [-29 %, -11 %] "regressed" for this very config).
         # The second is judged against the first: the gate must not roll it back.
-        # (down from the module's 2 replicas: a lightweight update, the second replica drains under the load)
-        rebased = stack.dags_test("raylift_deploy", conf(replicas=GATE_REPLICAS, requests_per_level=SLOW_REQUESTS,
+        rebased = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
                                                          regression_baseline="none"))
         (stack.home / "gate-rebased.log").write_text(rebased.stdout + rebased.stderr)
         assert rebased.returncode == 0, _tail(rebased)
         assert newest_benchmark(stack)["judgement"]["verdict"] == "new baseline"
-        same = stack.dags_test("raylift_deploy", conf(replicas=GATE_REPLICAS, requests_per_level=SLOW_REQUESTS))
+        same = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS))
         (stack.home / "gate-same.log").write_text(same.stdout + same.stderr)
         assert same.returncode == 0, _tail(same)
         same_judgement = newest_benchmark(stack)["judgement"]
@@ -281,10 +275,10 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         # The new version: an engine setting that makes the app slower per request at concurrency 4
         # (max_num_seqs 1: the engine runs one sequence at a time, the rest queue) — a code update, so
         # new replicas start before the old stop, and going back starts the old version's again.
-        result = stack.dags_test("raylift_deploy", conf(replicas=GATE_REPLICAS, requests_per_level=SLOW_REQUESTS,
+        result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
                                                         engine_args=SLOW_ENGINE_ARGS))
         (stack.home / "gate-rollback.log").write_text(result.stdout + result.stderr)
-        app = wait_recovered(stack, set(), replicas=GATE_REPLICAS)  # back on the last good config, no max_num_seqs
+        app = wait_recovered(stack, set())  # back on the last good config: 2 replicas, no max_num_seqs
         load.wait_for(len(load.records) + 5)
     print("same config:", same_judgement["verdict"], same_judgement.get("needed_requests"))
     assert same_judgement["verdict"] in ("pass", "inconclusive"), same_judgement
@@ -298,7 +292,7 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
     assert "Rolled back: restored app 'llm' from the last good config" in out, _tail(result)
     # the run's rollback guard (one_failed) finds the gate's rollback done: no second restore
     assert "nothing to roll back: app 'llm' already runs the last good config" in out, _tail(result)
-    assert app["deployments"][DEPLOYMENT]["deployment_config"]["num_replicas"] == GATE_REPLICAS
+    assert app["deployments"][DEPLOYMENT]["deployment_config"]["num_replicas"] == REPLICAS
     assert "max_num_seqs" not in json.dumps(app["deployed_app_config"]["args"])
     assert json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text()) == good
     report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled}
