@@ -275,8 +275,13 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         # The new version: an engine setting that makes the app slower per request at concurrency 4
         # (max_num_seqs 1: the engine runs one sequence at a time, the rest queue) — a code update, so
         # new replicas start before the old stop, and going back starts the old version's again.
-        result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
-                                                        engine_args=SLOW_ENGINE_ARGS))
+        # its confirmation waits 15 s, not the default minute (the slowdown holds; the suite's time does not)
+        stack.env["RAYLIFT_REGRESSION_CONFIRM_PAUSE_S"] = "15"
+        try:
+            result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
+                                                            engine_args=SLOW_ENGINE_ARGS))
+        finally:
+            del stack.env["RAYLIFT_REGRESSION_CONFIRM_PAUSE_S"]
         (stack.home / "gate-rollback.log").write_text(result.stdout + result.stderr)
         app = wait_recovered(stack, set())  # back on the last good config: 2 replicas, no max_num_seqs
         load.wait_for(len(load.records) + 5)
@@ -287,6 +292,9 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
     print("slow engine:", [m for m in slow_judgement["metrics"] if m["verdict"] == "regressed"])
     assert result.returncode != 0, _tail(result)
     assert slow_judgement["verdict"] == "regressed", slow_judgement
+    # regressed twice: the first benchmark, then the confirmation 15 s later, judged on its own
+    assert newest_benchmark(stack)["confirmation"]["first_judgement"]["verdict"] == "regressed"
+    assert "regression confirmed: the second benchmark, 15 s later, judged it regressed" in out, _tail(result)
     # the gate names the metric, its level, both medians and the interval
     assert "Release gate failed: " in out and ": regressed: median " in out, _tail(result)
     assert "Rolled back: restored app 'llm' from the last good config" in out, _tail(result)
