@@ -27,15 +27,18 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def own_runtime_python() -> Path:
+    """The runtime env tools/setup.sh builds (the default of ``LocalSettings.runtime_python``)."""
+    return repo_root() / ".cache/venvs/runtime/bin/python"
+
+
 @dataclass(frozen=True)
 class LocalSettings:
     """Where the `local` target keeps its state and which loopback ports it uses."""
 
     home: Path = field(default_factory=lambda: _env_path("RAYLIFT_HOME", repo_root() / "var"))
     runtime_python: Path = field(
-        default_factory=lambda: _env_path(
-            "RAYLIFT_RUNTIME_PYTHON", repo_root() / ".cache/venvs/runtime/bin/python"
-        )
+        default_factory=lambda: _env_path("RAYLIFT_RUNTIME_PYTHON", own_runtime_python())
     )
     # Loopback by default; docker-compose points it at the ray-head service.
     bind_host: str = field(default_factory=lambda: os.environ.get("RAYLIFT_RAY_HOST", "127.0.0.1"))

@@ -22,7 +22,7 @@ receive time on plain TCP; see :mod:`raylift.bench.http1`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,18 +163,6 @@ def samples(records: Sequence[RequestRecord], *, rounds: Sequence[Sequence[Reque
             sizes[metric].append(len(values))
     if rounds is not None:
         out["round_sizes"] = sizes
-    return out
-
-
-def merge_samples(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    """Two runs' samples of one level as one (a confirmation run adds its rounds to the first run's);
-    ``round_sizes`` only when both have them."""
-    out: dict[str, Any] = {"ok": first["ok"] + second["ok"], "errors": first["errors"] + second["errors"]}
-    for metric in SAMPLE_METRICS:
-        out[metric] = list(first[metric]) + list(second[metric])
-    if "round_sizes" in first and "round_sizes" in second:
-        out["round_sizes"] = {m: list(first["round_sizes"][m]) + list(second["round_sizes"][m])
-                              for m in SAMPLE_METRICS}
     return out
 
 

@@ -129,12 +129,18 @@ class BenchmarkOperator(TargetOperator):
         if baseline_choice == "none":
             self.log.warning("regression_baseline 'none': not compared with the last good run; if every SLO "
                              "passes, this run is the next run's baseline")
-        judgement, violations = assess(
-            result, merged_slos(self.slos if isinstance(self.slos, dict) else {}), (good or {}).get("benchmark"),
-            max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
-            confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
-            strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
-        )
+
+        def gates(benchmark: dict[str, Any]) -> tuple[Any, list[Any]]:
+            """SLOs and the regression judgement against the last good run, at this run's Params."""
+            return assess(
+                benchmark, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
+                (good or {}).get("benchmark"),
+                max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
+                confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
+                strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
+            )
+
+        judgement, violations = gates(result)
         if judgement.verdict == REGRESSED and all(v.kind == "regression" for v in violations):
             # A regression is confirmed before it rolls back (as Argo Rollouts' failureLimit / Flagger's
             # threshold require more than one failed analysis): after a pause, a second benchmark is
@@ -152,13 +158,7 @@ class BenchmarkOperator(TargetOperator):
                 progress=lambda line: self.log.info("confirmation benchmark: %s (%s)", line, watch))
             self.log.info("confirmation benchmark results (%s):\n%s", watch, format_table(second))
             first, first_judgement = result, judgement
-            judgement, violations = assess(
-                second, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
-                (good or {}).get("benchmark"),
-                max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
-                confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
-                strict=_flag(self.regression_strict, DEFAULT_REGRESSION_STRICT),
-            )
+            judgement, violations = gates(second)
             result = confirmation_result(first, first_judgement.as_dict(), second, pause)
             self.log.warning("regression %s: the second benchmark, %.0f s later, judged it %s",
                              "confirmed" if judgement.verdict == REGRESSED else "not confirmed", pause,

@@ -120,16 +120,18 @@ class LocalTarget(Target):
         import logging
         from pathlib import Path
 
+        from raylift.config import own_runtime_python
+
         probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
         if subprocess.run([str(self.settings.runtime_python), "-c", probe], timeout=60).returncode == 0:
             return
-        command = ["bash", str(repo_root() / "tools" / "setup.sh"), app_kind]
-        if Path(self.settings.runtime_python) != repo_root() / ".cache/venvs/runtime/bin/python":
+        if Path(self.settings.runtime_python) != own_runtime_python():
             raise ClusterError(
                 f"The {app_kind} app needs {module!r}, which the runtime at {self.settings.runtime_python} "
                 "(RAYLIFT_RUNTIME_PYTHON) cannot import: install it there (the pin is in "
                 "requirements/runtime.lock); raylift installs it only into its own runtime env. Nothing was deployed."
             )
+        command = ["bash", str(repo_root() / "tools" / "setup.sh"), app_kind]
         logging.getLogger(__name__).info(
             "the %s app needs %r, not yet in the runtime env: running %s (the first time it compiles; minutes)",
             app_kind, module, " ".join(command[1:]),
