@@ -39,6 +39,8 @@ def classify(proc: psutil.Process, *, plain: dict[int, str], me: int) -> str:
         return "serve: engine"
     if name.startswith("ray::ProxyActor"):
         return "serve: proxy"
+    if name == "haproxy":  # Ray Serve's HAProxy ingress (RAYLIFT_SERVE_INGRESS=haproxy)
+        return "serve: haproxy"
     if name.startswith("ray::ServeReplica"):
         return "serve: replica (FastAPI + vLLM frontend)"
     if name.startswith("ray::ServeController"):

@@ -10,7 +10,8 @@ token, so "CPU ms per 1000 output tokens" by component says where the rest goes.
 (nice) of each component is recorded too. Prints tables; writes bench/results/serve_vs_vllm.json.
 
     .cache/venvs/control/bin/python bench/serve_vs_vllm.py [--rounds 3] [--requests 64] [--concurrency 8]
-        [--serve-args '{"frontend_args": {"max_log_len": 0}}'] [--serve-env KEY=VALUE ...] [--out NAME]
+        [--serve-args '{"frontend_args": {"max_log_len": 0}}'] [--serve-env KEY=VALUE ...]
+        [--ingress proxy|haproxy] [--out NAME]
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def wait_dashboard(target: object, timeout_s: float) -> dict:
 
 def start_serve(model: Path, name: str, home: Path, *, app_args: dict, env_vars: dict[str, str]) -> object:
     os.environ.update({"RAYLIFT_HOME": str(home), "RAYLIFT_SERVE_PORT": str(BASE + 10),
+                       "RAYLIFT_HAPROXY_STATS_PORT": str(BASE + 404), "RAYLIFT_HAPROXY_METRICS_PORT": str(BASE + 101),
                        "RAYLIFT_DASHBOARD_PORT": str(BASE + 265), "RAYLIFT_RAY_PORT": str(BASE + 379),
                        "RAYLIFT_CLIENT_PORT": str(BASE + 1), "RAYLIFT_AGENT_PORT": str(BASE + 500)})
     from raylift.targets.local import LocalTarget
@@ -147,8 +149,11 @@ def main() -> int:
     ap.add_argument("--serve-args", default="{}", help="JSON merged into the Serve app's args")
     ap.add_argument("--serve-env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra env var for the Serve app's runtime_env (repeatable)")
+    ap.add_argument("--ingress", default="proxy", choices=("proxy", "haproxy"),
+                    help="what answers on the Serve port (RAYLIFT_SERVE_INGRESS): Serve's proxy or Ray's HAProxy")
     ap.add_argument("--out", default="serve_vs_vllm", help="result file name under bench/results/")
     args = ap.parse_args()
+    os.environ["RAYLIFT_SERVE_INGRESS"] = args.ingress
 
     model = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
     name = "tiny-bench"
@@ -216,7 +221,7 @@ def main() -> int:
         result = {"what": "raylift Serve app vs plain vLLM OpenAI server, output tokens/s, and CPU by component",
                   "model": "tiny-llama (generated)", "requests": args.requests, "concurrency": args.concurrency,
                   "output_tokens": args.output_tokens, "rounds": args.rounds, "serve_args": app_args,
-                  "serve_env": env_vars, "nice_by_component": nice, "engine_threads": threads, "rows": rows, "summary": summary,
+                  "serve_env": env_vars, "ingress": args.ingress, "nice_by_component": nice, "engine_threads": threads, "rows": rows, "summary": summary,
                   "machine": f"{os.cpu_count()} CPUs", "load_avg_1m_at_end": os.getloadavg()[0],
                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         out = ROOT / f"bench/results/{args.out}.json"

@@ -32,6 +32,9 @@ def own_runtime_python() -> Path:
     return repo_root() / ".cache/venvs/runtime/bin/python"
 
 
+SERVE_INGRESSES = ("proxy", "haproxy")
+
+
 @dataclass(frozen=True)
 class LocalSettings:
     """Where the `local` target keeps its state and which loopback ports it uses."""
@@ -49,9 +52,25 @@ class LocalSettings:
     # dashboard agent per node). Keep all of these outside Ray's worker port range (10002-19999).
     client_server_port: int = field(default_factory=lambda: _env_int("RAYLIFT_CLIENT_PORT", 10001))
     agent_port_base: int = field(default_factory=lambda: _env_int("RAYLIFT_AGENT_PORT", 52365))
+    # What answers on serve_port: "proxy" (Serve's Python proxy, Ray's default) or "haproxy" (Ray Serve
+    # 2.60's HAProxy ingress: HAProxy on serve_port, each replica serving HTTP on its own loopback port;
+    # bench/serve_vs_vllm.py: 1.75x the proxy's streamed tokens/s on 2 CPUs). Opt-in on
+    # `local` because Ray binds HAProxy's stats and Prometheus listeners on every interface, not loopback.
+    serve_ingress: str = field(default_factory=lambda: os.environ.get("RAYLIFT_SERVE_INGRESS", "proxy"))
+    haproxy_stats_port: int = field(default_factory=lambda: _env_int("RAYLIFT_HAPROXY_STATS_PORT", 8404))
+    haproxy_metrics_port: int = field(default_factory=lambda: _env_int("RAYLIFT_HAPROXY_METRICS_PORT", 9101))
     head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
     worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.serve_ingress not in SERVE_INGRESSES:
+            from raylift.errors import RayliftValueError
+
+            raise RayliftValueError(
+                f"RAYLIFT_SERVE_INGRESS={self.serve_ingress!r} is not an ingress raylift can start: use one of "
+                f"{', '.join(SERVE_INGRESSES)} (or unset it for Serve's own proxy)."
+            )
 
     @property
     def artifacts_dir(self) -> Path:

@@ -91,7 +91,19 @@ class LocalRayCluster:
                 "RAY_DEDUP_LOGS": "0",
             }
         )
+        if self.s.serve_ingress == "haproxy":
+            env.update(self._haproxy_env())
         return env
+
+    def _haproxy_env(self) -> dict[str, str]:
+        """Ray Serve's HAProxy ingress on this cluster's own stats and Prometheus ports (Ray's defaults,
+        8404 and 9101, are one per machine). Ray keeps HAProxy's files per node id under /tmp/haproxy-serve,
+        which two clusters never share; a longer base path breaks HAProxy's 97-byte socket limit."""
+        return {
+            "RAY_SERVE_ENABLE_HA_PROXY": "1",
+            "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
+            "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
+        }
 
     def _spawn(self, role: str, args: list[str]) -> NodeProcess:
         ray = self.s.runtime_python.parent / "ray"

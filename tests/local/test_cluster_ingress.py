@@ -1,0 +1,67 @@
+"""The local cluster's ingress choice, judged by Ray itself: the env raylift gives `ray start` is read by
+Ray Serve's own constants module (in the runtime env the cluster runs), not compared with our own list."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from raylift.config import LocalSettings
+from raylift.errors import RayliftValueError
+from raylift.local.cluster import LocalRayCluster
+
+READ_SERVE_CONSTANTS = """
+import json
+from ray.serve._private import constants as c
+print(json.dumps({
+    "ha_proxy": c.RAY_SERVE_ENABLE_HA_PROXY,
+    "direct_ingress": c.RAY_SERVE_ENABLE_DIRECT_INGRESS,
+    "socket": c.RAY_SERVE_HAPROXY_SOCKET_PATH,
+    "stats_port": c.RAY_SERVE_HAPROXY_STATS_PORT,
+    "metrics_port": c.RAY_SERVE_HAPROXY_METRICS_PORT,
+}))
+"""
+
+
+def serve_constants(settings: LocalSettings) -> dict:
+    cluster = LocalRayCluster(settings)
+    proc = subprocess.run([str(settings.runtime_python), "-c", READ_SERVE_CONSTANTS], env=cluster._env(),
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def settings_for(home: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> LocalSettings:
+    monkeypatch.setenv("RAYLIFT_HOME", str(home))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = LocalSettings()
+    if not settings.runtime_python.exists():
+        pytest.skip(f"no runtime env at {settings.runtime_python} (make setup)")
+    return settings
+
+
+def test_the_default_ingress_is_serves_own_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAYLIFT_SERVE_INGRESS", raising=False)
+    seen = serve_constants(settings_for(tmp_path, monkeypatch))
+    assert seen["ha_proxy"] is False and seen["direct_ingress"] is False
+
+
+def test_haproxy_ingress_is_what_ray_reads_on_this_clusters_own_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = serve_constants(settings_for(tmp_path / "one", monkeypatch, RAYLIFT_SERVE_INGRESS="haproxy",
+                                       RAYLIFT_HAPROXY_STATS_PORT="24404", RAYLIFT_HAPROXY_METRICS_PORT="24101"))
+    assert one["ha_proxy"] is True and one["direct_ingress"] is True  # Ray turns direct ingress on with it
+    assert (one["stats_port"], one["metrics_port"]) == (24404, 24101)
+    # HAProxy's files stay Ray's: it adds the node id to each path, and HAProxy refuses a socket path over
+    # 97 bytes (a per-cluster base under /tmp/raylift-ray-* made the first deploy fail with a 500)
+    assert one["socket"] == "/tmp/haproxy-serve/admin.sock"
+
+
+def test_an_unknown_ingress_is_refused_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYLIFT_SERVE_INGRESS", "nginx")
+    with pytest.raises(RayliftValueError, match=r"RAYLIFT_SERVE_INGRESS='nginx'.*proxy, haproxy"):
+        LocalSettings()
