@@ -271,18 +271,14 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         same_result = newest_benchmark(stack)
         same_judgement = same_result["judgement"]
         assert stack.run_records()[-1]["benchmark"]["judgement"] == same_judgement  # the run record keeps it
-        if same.returncode != 0:
-            # Issue 19 asks that the same config pass here, and on this machine it does not always: for
-            # minutes at a time the very same replicas serve up to 2x slower (docs/benchmark-metrics.md, "Ten
-            # REST-triggered redeploys"; seen here too: e2e at c=1 110 vs 58 ms a minute after the baseline),
-            # which a baseline that is one earlier run reads as a regression. Issue 19 stays open for it. What
-            # the gate promises is held either way: a rollback only on two benchmarks' evidence a minute apart,
-            # the last good config restored, and (below) not one failed request.
-            out_same = same.stdout + same.stderr
-            assert same_judgement["verdict"] == "regressed", _tail(same)
-            assert same_result["confirmation"]["first_judgement"]["verdict"] == "regressed", _tail(same)
-            assert "regression confirmed: the second benchmark, 60 s later" in out_same, _tail(same)
-            assert "Rolled back: restored app 'llm' from the last good config" in out_same, _tail(same)
+        assert same.returncode == 0, _tail(same)
+        if same_judgement["verdict"] == "regressed":
+            # For minutes at a time the very same replicas serve up to 2x slower on this machine
+            # (docs/benchmark-metrics.md, "Ten REST-triggered redeploys"). Judged against a baseline one run
+            # earlier, that reads as a regression; with the config unchanged there is no release to undo, so
+            # the gate says so and does not roll back (nor make the slow spell the next baseline).
+            assert "same app config as the baseline run" in same_judgement["not_attributed"], same_judgement
+            assert "Not rolled back; the last good run stays the baseline" in same.stdout + same.stderr
             (stack.home / "gate-same-regressed.json").write_text(json.dumps(same_judgement, indent=1))
         good = json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text())
         # The new version: an engine setting that makes the app slower per request at concurrency 4
@@ -299,8 +295,6 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         app = wait_recovered(stack, set())  # back on the last good config: 2 replicas, no max_num_seqs
         load.wait_for(len(load.records) + 5)
     print("same config:", same_judgement["verdict"], same_judgement.get("needed_requests"))
-    if same.returncode == 0:
-        assert same_judgement["verdict"] in ("pass", "inconclusive"), same_judgement
     out = result.stdout + result.stderr
     slow_judgement = newest_benchmark(stack)["judgement"]
     print("slow engine:", [m for m in slow_judgement["metrics"] if m["verdict"] == "regressed"])

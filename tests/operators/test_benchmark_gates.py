@@ -17,12 +17,18 @@ from raylift.store import LocalStore
 from tests.bench.conftest import stub  # noqa: F401  (the stub server fixture)
 
 CONFIG = {"applications": [{"name": "llm", "args": {"served_model_name": "stub"}}]}
+# a new version: the same app with another engine setting (a release the gate judges and can undo)
+NEW_VERSION = {"applications": [{"name": "llm", "args": {"served_model_name": "stub",
+                                                         "engine_args": {"max_num_seqs": 1}}}]}
 
 
 class _TI:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
     def xcom_pull(self, task_ids: str, key: str) -> Any:
         assert (task_ids, key) == ("deploy", "serve_config")
-        return CONFIG
+        return self.config
 
 
 @pytest.fixture()
@@ -43,12 +49,13 @@ def rollbacks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield calls
 
 
-def run(url: str, run_id: str, served_name: str = "stub", **kwargs: Any) -> dict[str, Any]:
+def run(url: str, run_id: str, served_name: str = "stub", config: dict[str, Any] = CONFIG,
+        **kwargs: Any) -> dict[str, Any]:
     kwargs.setdefault("confirm_pause_s", 0.5)  # a regression's confirmation, without the minute's pause
     op = BenchmarkOperator(task_id="benchmark", target="local", served_name=served_name,
                            deployed={"endpoint": url, "kind": "llm"}, concurrency=[1, 4], requests_per_level=16,
                            **kwargs)
-    return op.execute({"run_id": run_id, "ti": _TI()})
+    return op.execute({"run_id": run_id, "ti": _TI(config)})
 
 
 def test_all_failed_benchmark_with_one_slo_given_is_rejected_and_rolled_back(
@@ -98,7 +105,7 @@ def test_regression_baseline_none_starts_a_new_baseline_and_unknown_values_are_r
     run(fast, "manual__fast")
     slow = stub(ttft_ms=60, itl_ms=20)  # far slower than the last good run: judged regressed against it
     with pytest.raises(GateError, match="regressed"):
-        run(slow, "manual__slow")
+        run(slow, "manual__slow", config=NEW_VERSION)
     assert state.last_good()["run_id"] == "manual__fast"
     rebased = run(slow, "manual__rebased", regression_baseline="none")  # re-baseline: SLOs only
     assert rebased["judgement"]["verdict"] == "new baseline"
@@ -112,7 +119,7 @@ def test_a_regression_is_confirmed_by_a_second_benchmark_before_it_rolls_back(
 ) -> None:
     run(stub(ttft_ms=2, itl_ms=1), "manual__base")
     with pytest.raises(GateError, match="regressed"):
-        run(stub(ttft_ms=60, itl_ms=20), "manual__slower")
+        run(stub(ttft_ms=60, itl_ms=20), "manual__slower", config=NEW_VERSION)
     saved = state.store.read_json(f"{run_key('manual__slower')}/benchmark.json")
     # the first judgement said regressed, a second benchmark (judged on its own) said so too
     confirmation = saved["confirmation"]
@@ -130,8 +137,29 @@ def test_a_slow_spell_that_is_over_when_the_confirmation_runs_does_not_roll_back
     benchmark falls in the spell and is judged regressed; the confirmation, after the pause, is not."""
     run(stub(ttft_ms=2, itl_ms=1), "manual__base")
     spell = stub(ttft_ms=2, itl_ms=1, slow_spell_s=4.0, slow_spell_ttft_ms=60)
-    passed = run(spell, "manual__spell", confirm_pause_s=4.0)
+    passed = run(spell, "manual__spell", config=NEW_VERSION, confirm_pause_s=4.0)
     saved = state.store.read_json(f"{run_key('manual__spell')}/benchmark.json")
     assert saved["confirmation"]["first_judgement"]["verdict"] == "regressed", saved["confirmation"]
     assert passed["judgement"]["verdict"] in ("pass", "inconclusive"), passed["judgement"]
     assert rollbacks == [] and state.last_good()["run_id"] == "manual__spell"
+
+
+def test_the_same_config_judged_slower_is_the_machines_doing_and_is_not_rolled_back(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+) -> None:
+    """A redeploy of the very config the baseline run served (REST or schedule, same model, args, artifact)
+    on a machine that has become slower: judged regressed, but there is no release to undo (a rollback
+    would restore this same config), so it passes, says why, and the baseline stays the faster run's."""
+    run(stub(ttft_ms=2, itl_ms=1), "manual__base")
+    slower = stub(ttft_ms=60, itl_ms=20)
+    passed = run(slower, "manual__same", confirm_pause_s=60.0)  # no confirmation: nothing to confirm
+    judgement = passed["judgement"]
+    assert judgement["verdict"] == "regressed", judgement  # the comparison is kept and shown as it is
+    assert "same app config as the baseline run manual__base" in judgement["not_attributed"]
+    saved = state.store.read_json(f"{run_key('manual__same')}/benchmark.json")
+    assert "confirmation" not in saved and saved["judgement"] == judgement
+    assert rollbacks == [] and state.last_good()["run_id"] == "manual__base"
+    # the same slow server as a new version is a release: judged, confirmed and rolled back
+    with pytest.raises(GateError, match="regressed"):
+        run(slower, "manual__new", config=NEW_VERSION)
+    assert rollbacks == ["manual__new"]

@@ -141,7 +141,21 @@ class BenchmarkOperator(TargetOperator):
             )
 
         judgement, violations = gates(result)
-        if judgement.verdict == REGRESSED and all(v.kind == "regression" for v in violations):
+        config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
+        only_regression = judgement.verdict == REGRESSED and all(v.kind == "regression" for v in violations)
+        unchanged = only_regression and same_app_config(good, config, str(self.app_name))
+        if unchanged:
+            # Nothing was released: this run serves the very app config the baseline run served (a scheduled or
+            # REST redeploy of the same model, args and artifact). The difference is the machine's (seen here:
+            # the same replicas 1.4-2.6x slower for minutes), not a version's, and a rollback would restore
+            # this same config. The run passes; the baseline stays the last good run's samples.
+            self.log.warning(
+                "%s\njudged slower than the last good run (%s), but this run serves the same config as that run "
+                "(app %r unchanged): the difference is the machine's, not a release's, and rolling back would "
+                "restore this very config. Not rolled back; the last good run stays the baseline.",
+                format_judgement(judgement.as_dict()), good["run_id"], self.app_name)
+            violations = []
+        elif only_regression:
             # A regression is confirmed before it rolls back (as Argo Rollouts' failureLimit / Flagger's
             # threshold require more than one failed analysis): after a pause, a second benchmark is
             # judged on its own, and it decides (it is also the app's state now). A slow spell of the
@@ -164,6 +178,9 @@ class BenchmarkOperator(TargetOperator):
                              "confirmed" if judgement.verdict == REGRESSED else "not confirmed", pause,
                              judgement.verdict)
         result["judgement"] = judgement.as_dict()
+        if unchanged:
+            result["judgement"]["not_attributed"] = (
+                f"same app config as the baseline run {good['run_id']}: not a release's regression, not rolled back")
         self.log.info("%s", format_judgement(result["judgement"]))
         if judgement.verdict == INCONCLUSIVE and not violations:
             self.log.warning("regression gate inconclusive (not failing: regression_strict is off); about %s "
@@ -183,9 +200,9 @@ class BenchmarkOperator(TargetOperator):
             action = restore_app(self.target_impl, state, run_id, str(self.app_name))
             details = "; ".join(v.message for v in violations)
             raise GateError(f"Release gate failed: {details}. Rolled back: {action}.")
-        # last_good (the next run's baseline and the rollback target) only after every gate passed
-        config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
-        if config:
+        # last_good (the next run's baseline and the rollback target) only after every gate passed, and not
+        # from a slow spell of an unchanged config (its samples would lower the bar for the next release)
+        if config and not unchanged:
             state.record_good(run_id, config, benchmark=result)
         return {"overall": result.get("overall", {}), "levels": _without_samples(result.get("levels", [])),
                 "judgement": result["judgement"],
@@ -200,6 +217,19 @@ def confirmation_result(
     return {**second, "confirmation": {"first_levels": _without_samples(first["levels"]),
                                        "first_overall": first.get("overall", {}),
                                        "first_judgement": first_judgement, "pause_s": pause_s}}
+
+
+def same_app_config(good: dict[str, Any] | None, config: dict[str, Any] | None, app_name: str) -> bool:
+    """Whether this run serves exactly the app config the last good run served (args, engine args, the
+    content-addressed model folder and artifact, replicas): then there is no release to judge or undo."""
+    import json
+
+    from raylift.serve_config import app_by_name
+
+    if not good or not config or not good.get("config"):
+        return False
+    ours, theirs = app_by_name(config, app_name), app_by_name(good["config"], app_name)
+    return ours is not None and json.dumps(ours, sort_keys=True) == json.dumps(theirs, sort_keys=True)
 
 
 def _number(value: Any, default: float) -> float:
