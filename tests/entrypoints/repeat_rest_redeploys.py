@@ -55,6 +55,8 @@ def main(repeats: int) -> int:
                 judgement = server.xcom("raylift_deploy", run_id, "benchmark").get("judgement") or {}
                 entry["verdict"] = judgement.get("verdict")
                 entry["verdicts"] = dict(Counter(m.get("verdict") for m in judgement.get("metrics", [])))
+                if judgement.get("not_attributed"):  # judged slower, but the config is the baseline's own
+                    entry["not_attributed"] = judgement["not_attributed"]
             except Exception as exc:  # a failed benchmark task has no XCom; the failure report says why
                 entry["xcom_error"] = f"{type(exc).__name__}: {exc}"[:300]
             try:  # the run record's cold start (the first run starts the cluster and the replica)
