@@ -17,7 +17,7 @@ def _env_path(name: str, default: Path) -> Path:
 
 
 def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
+    return int(os.environ.get(name) or default)  # set but empty counts as unset
 
 
 def repo_root() -> Path:
@@ -52,13 +52,17 @@ class LocalSettings:
     # dashboard agent per node). Keep all of these outside Ray's worker port range (10002-19999).
     client_server_port: int = field(default_factory=lambda: _env_int("RAYLIFT_CLIENT_PORT", 10001))
     agent_port_base: int = field(default_factory=lambda: _env_int("RAYLIFT_AGENT_PORT", 52365))
-    # What answers on serve_port: "proxy" (Serve's Python proxy, Ray's default) or "haproxy" (Ray Serve
-    # 2.60's HAProxy ingress: HAProxy on serve_port, each replica serving HTTP on its own loopback port;
-    # bench/serve_vs_vllm.py: 1.75x the proxy's streamed tokens/s on 2 CPUs). Opt-in on
-    # `local` because Ray binds HAProxy's stats and Prometheus listeners on every interface, not loopback.
-    serve_ingress: str = field(default_factory=lambda: os.environ.get("RAYLIFT_SERVE_INGRESS", "proxy"))
-    haproxy_stats_port: int = field(default_factory=lambda: _env_int("RAYLIFT_HAPROXY_STATS_PORT", 8404))
-    haproxy_metrics_port: int = field(default_factory=lambda: _env_int("RAYLIFT_HAPROXY_METRICS_PORT", 9101))
+    # What answers on serve_port: "haproxy" (Ray Serve 2.60's HAProxy ingress: HAProxy on serve_port, each
+    # replica serving HTTP itself on its own loopback port; bench/serve_vs_vllm.py: 1.75x the streamed tokens/s
+    # of Serve's proxy on 2 CPUs, 0.91x plain vLLM at the same thread budget instead of 0.52x) or "proxy"
+    # (Serve's own Python proxy, Ray's default). Same port, same bodies for a client either way.
+    serve_ingress: str = field(default_factory=lambda: os.environ.get("RAYLIFT_SERVE_INGRESS", "haproxy"))
+    # HAProxy's stats page and Prometheus exporter (127.0.0.1): by default serve_port + 404 and + 1101, which
+    # are Ray's own defaults (8404, 9101) for the default serve_port and differ per cluster otherwise.
+    haproxy_stats_port_setting: int | None = field(
+        default_factory=lambda: _env_int("RAYLIFT_HAPROXY_STATS_PORT", 0) or None)
+    haproxy_metrics_port_setting: int | None = field(
+        default_factory=lambda: _env_int("RAYLIFT_HAPROXY_METRICS_PORT", 0) or None)
     head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
     worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024
@@ -69,7 +73,7 @@ class LocalSettings:
 
             raise RayliftValueError(
                 f"RAYLIFT_SERVE_INGRESS={self.serve_ingress!r} is not an ingress raylift can start: use one of "
-                f"{', '.join(SERVE_INGRESSES)} (or unset it for Serve's own proxy)."
+                f"{', '.join(SERVE_INGRESSES)} (unset: haproxy)."
             )
 
     @property
@@ -83,6 +87,14 @@ class LocalSettings:
     @property
     def cluster_dir(self) -> Path:
         return self.home / "cluster"
+
+    @property
+    def haproxy_stats_port(self) -> int:
+        return self.haproxy_stats_port_setting or self.serve_port + 404
+
+    @property
+    def haproxy_metrics_port(self) -> int:
+        return self.haproxy_metrics_port_setting or self.serve_port + 1101
 
     @property
     def dashboard_url(self) -> str:

