@@ -55,8 +55,8 @@ class LocalSettings:
     # What answers on serve_port: "proxy" (Serve's own Python proxy, Ray's default) or "haproxy" (Ray Serve
     # 2.60's HAProxy ingress: HAProxy on serve_port, each replica serving HTTP itself on its own loopback port;
     # bench/serve_vs_vllm.py: 1.75x the proxy's streamed tokens/s on 2 CPUs, 0.91x plain vLLM at the same thread
-    # budget instead of 0.52x). Opt-in: in the suite's rollout-under-load test it starved a starting replica
-    # (438 s instead of ~80 s) and the slower version was judged inconclusive, not regressed (issue 14).
+    # budget instead of 0.52x). Opt-in: with it as the default, the suite's rollout-under-load test judged the
+    # deliberately slower version (max_num_seqs 1) inconclusive, not regressed, and did not roll it back (issue 14).
     serve_ingress: str = field(default_factory=lambda: os.environ.get("RAYLIFT_SERVE_INGRESS", "proxy"))
     # HAProxy's stats page and Prometheus exporter (127.0.0.1): by default serve_port + 404 and + 1101, which
     # are Ray's own defaults (8404, 9101) for the default serve_port and differ per cluster otherwise.
