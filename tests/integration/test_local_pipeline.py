@@ -254,7 +254,10 @@ SLOW_REQUESTS = 64  # the default requests per level, that the regression gate's
 @pytest.mark.timeout(2 * RECOVERY_TIMEOUT_S + 900)
 def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStack) -> None:
     wait_recovered(stack, set())
-    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=1500) as load:
+    # 1 request/s, not the suite's 2: the slower version (max_num_seqs 1) runs one sequence at a time, so at 2/s
+    # its engines stayed busy and starved each replica start of its rollout and rollback (236 s to RUNNING; this
+    # test alone took 702 s of a 30 min 43 s suite)
+    with BackgroundLoad(stack.serve_url, MODEL, rate=1.0, max_requests=3000, max_seconds=1500) as load:
         load.wait_for(10)
         # The same config twice (byte-identical Serve config: no replica restarts), 64 requests per level,
         # both under this load. The first starts a new baseline (regression_baseline none): the module's
