@@ -150,10 +150,10 @@ class BenchmarkOperator(TargetOperator):
             # the same replicas 1.4-2.6x slower for minutes), not a version's, and a rollback would restore
             # this same config. The run passes; the baseline stays the last good run's samples.
             self.log.warning(
-                "%s\njudged slower than the last good run (%s), but this run serves the same config as that run "
+                "judged slower than the last good run (%s), but this run serves the same config as that run "
                 "(app %r unchanged): the difference is the machine's, not a release's, and rolling back would "
                 "restore this very config. Not rolled back; the last good run stays the baseline.",
-                format_judgement(judgement.as_dict()), good["run_id"], self.app_name)
+                good["run_id"], self.app_name)
             violations = []
         elif only_regression:
             # A regression is confirmed before it rolls back (as Argo Rollouts' failureLimit / Flagger's
@@ -222,14 +222,12 @@ def confirmation_result(
 def same_app_config(good: dict[str, Any] | None, config: dict[str, Any] | None, app_name: str) -> bool:
     """Whether this run serves exactly the app config the last good run served (args, engine args, the
     content-addressed model folder and artifact, replicas): then there is no release to judge or undo."""
-    import json
-
-    from raylift.serve_config import app_by_name
+    from raylift.serve_config import app_by_name, config_hash
 
     if not good or not config or not good.get("config"):
         return False
     ours, theirs = app_by_name(config, app_name), app_by_name(good["config"], app_name)
-    return ours is not None and json.dumps(ours, sort_keys=True) == json.dumps(theirs, sort_keys=True)
+    return ours is not None and theirs is not None and config_hash(ours) == config_hash(theirs)
 
 
 def _number(value: Any, default: float) -> float:
