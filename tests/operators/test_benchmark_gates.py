@@ -92,9 +92,10 @@ def test_served_name_change_starts_a_new_baseline_and_last_good_follows_passing_
     saved = state.store.read_json(f"{run_key('manual__3')}/benchmark.json")
     assert len(saved["levels"][0]["samples"]["e2e_ms"]) == 16 and saved["judgement"] == third["judgement"]
     assert state.last_good()["run_id"] == "manual__3" and rollbacks == []
-    # strict: an inconclusive judgement fails too (16 requests at a 0 tolerance cannot prove "no worse")
+    # strict: an inconclusive judgement fails too (16 requests at a 0 tolerance cannot prove "no worse"). A new
+    # version: with the same config, a busy box's "regressed" would be the machine's and not fail the run
     with pytest.raises(GateError, match="Release gate failed: .*inconclusive"):
-        run(url, "manual__4", max_regression=0.0, regression_strict=True)
+        run(url, "manual__4", config=NEW_VERSION, max_regression=0.0, regression_strict=True)
     assert state.last_good()["run_id"] == "manual__3" and rollbacks == ["manual__4"]
 
 
