@@ -96,6 +96,16 @@ def test_judge_levels_baselines_and_bad_input() -> None:
     assert judge(slow, None, confidence=0.95, tolerance=0.1, min_requests=8).verdict == "new baseline"
     renamed = judge(_run(*slow["levels"], model="other"), base, confidence=0.95, tolerance=0.1, min_requests=8)
     assert renamed.verdict == "new baseline" and "served model changed" in renamed.note
+    # longer prompts and answers are other requests, not a slower release: a new baseline, never "regressed"
+    smoke = {"name": "smoke", "mean_input_tokens": 32, "stddev_input_tokens": 4, "mean_output_tokens": 16,
+             "stddev_output_tokens": 2, "seed": 0, "min_tokens": 1}
+    longer = _run(*slow["levels"]) | {"profile": {**smoke, "name": "short", "mean_output_tokens": 64}}
+    reprofiled = judge(longer, base | {"profile": smoke}, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert reprofiled.verdict == "new baseline" and "benchmark profile changed" in reprofiled.note
+    assert "'smoke': 32 in / 16 out" in reprofiled.note and "'short': 32 in / 64 out" in reprofiled.note
+    same_profile = judge(slow | {"profile": smoke}, base | {"profile": dict(smoke)}, confidence=0.95,
+                         tolerance=0.1, min_requests=8)
+    assert same_profile.verdict == "regressed"
     old = _run({**base["levels"][0], "samples": None})  # a last good run from before samples were kept
     assert judge(slow, old, confidence=0.95, tolerance=0.1, min_requests=8).verdict == "new baseline"
     with pytest.raises(RayliftValueError, match="confidence"):

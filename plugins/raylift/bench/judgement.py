@@ -254,6 +254,12 @@ def judge(result: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, conf
         out.note = (f"the served model changed ({baseline['model']!r} -> {result['model']!r}): "
                     "this run starts a new baseline")
         return out
+    if result.get("profile") and baseline.get("profile") and result["profile"] != baseline["profile"]:
+        # other prompt and output lengths measure other requests: a longer answer is no slower release
+        out.note = (f"the benchmark profile changed ({_profile_name(baseline['profile'])} -> "
+                    f"{_profile_name(result['profile'])}): this run starts a new baseline; keep the profile "
+                    "from run to run to judge releases")
+        return out
     base_levels = {lv["concurrency"]: lv for lv in baseline.get("levels", []) if lv.get("samples")}
     if not base_levels:
         out.note = "the last good run kept no per-request samples: this run becomes the baseline"
@@ -277,6 +283,14 @@ def judge(result: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, conf
     if out.verdict == NEW_BASELINE:
         out.note = "no level in common with the last good run: this run becomes the baseline"
     return out
+
+
+def _profile_name(profile: Any) -> str:
+    """A profile as the log names it: its name and token lengths (custom profiles share one name)."""
+    if not isinstance(profile, Mapping):
+        return repr(profile)
+    return (f"{profile.get('name')!r}: {profile.get('mean_input_tokens')} in / "
+            f"{profile.get('mean_output_tokens')} out tokens")
 
 
 _COLUMNS = (("conc", 5), ("metric", 20), ("baseline", 9), ("new", 9), ("change", 8), ("interval", 19),
