@@ -174,6 +174,24 @@ class LoadGenerator:
         except HttpError as exc:  # the requests themselves will fail and be counted
             log.warning("could not open %d connections before the run: %s", count, exc)
 
+    async def post_json(self, path: str, payload: dict[str, Any]) -> tuple[int, Any]:
+        """An untimed JSON POST to ``path`` under the endpoint (e.g. ``/tokenize``): (status, parsed body,
+        or None when it is not JSON). Transport errors raise :class:`OSError`/:class:`TimeoutError`."""
+        client = self._client
+        if client is None:
+            raise RuntimeError("LoadGenerator.post_json() outside 'async with LoadGenerator(...)'")
+        try:
+            async with asyncio.timeout(min(30.0, self.request_timeout_s)):
+                _, response = await client.request(client.encode("POST", self._prefix + path,
+                                                                 json.dumps(payload).encode()))
+                data = await client.read(response)
+        except HttpError as exc:
+            raise OSError(f"POST {path}: {exc}") from exc
+        try:
+            return response.status, json.loads(data)
+        except ValueError:
+            return response.status, None
+
     def body(self, spec: RequestSpec) -> bytes:
         """The JSON request body for one spec."""
         payload: dict[str, Any] = {"model": self.model}
@@ -198,6 +216,7 @@ class LoadGenerator:
         record = RequestRecord(
             start_ns=time.perf_counter_ns(),  # replaced by the moment the bytes reach the socket
             target_input_tokens=spec.input_tokens,
+            prompt_tokens=spec.prompt_tokens,
             target_output_tokens=spec.output_tokens,
             streamed=self.stream,
         )

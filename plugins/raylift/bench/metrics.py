@@ -11,6 +11,9 @@ receive time on plain TCP; see :mod:`raylift.bench.http1`).
 - **TPOT** (time per output token): ``(e2e − TTFT) / (output_tokens − 1)``; undefined for one token
   and for non-streamed requests.
 - **e2e**: start → end of the response body.
+- **Input tokens**: ``input_tokens`` is the server's ``usage.prompt_tokens`` (a chat template included);
+  ``requested_input_tokens`` the profile's targets; ``sized_input_tokens`` the served tokenizer's count
+  of the prompts sent (None for word prompts; see :mod:`raylift.bench.prompt_sizing`).
 - **Output tokens**: the server's ``usage.completion_tokens``, else a tokenizer callback on the
   text, else the number of content chunks (see :class:`RequestRecord.token_source`).
 - Per-request output tokens/s: ``output_tokens / e2e`` (llmperf's request_output_throughput).
@@ -41,6 +44,7 @@ class RequestRecord:
     output_tokens: int = 0
     input_tokens: int | None = None
     target_input_tokens: int = 0
+    prompt_tokens: int | None = None  # the served tokenizer's count of the prompt sent (None: word prompts)
     target_output_tokens: int = 0
     token_source: str = "chunks"  # "usage" | "tokenizer" | "chunks"
     streamed: bool = True
@@ -119,6 +123,9 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled:
         "cancelled": cancelled,
         "output_tokens": output_tokens,
         "input_tokens": sum(r.input_tokens or 0 for r in ok),
+        "requested_input_tokens": sum(r.target_input_tokens for r in records),
+        "sized_input_tokens": (sum(r.prompt_tokens for r in records if r.prompt_tokens is not None)
+                               if any(r.prompt_tokens is not None for r in records) else None),
         "token_source": sources[0] if len(sources) == 1 else ",".join(sources) or None,
         "duration_s": duration_s,
         "requests_per_s": len(ok) / duration_s if duration_s > 0 else 0.0,

@@ -69,11 +69,14 @@ class RequestProfile:
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request to send: the prompt, its target input length and the exact output length asked for."""
+    """One request to send: the prompt, its target input length and the exact output length asked for;
+    ``prompt_tokens`` is the served tokenizer's count of the prompt once sized by it
+    (:mod:`raylift.bench.prompt_sizing`), None for word prompts."""
 
     prompt: str
     input_tokens: int
     output_tokens: int
+    prompt_tokens: int | None = None
 
 
 PROFILES: dict[str, RequestProfile] = {

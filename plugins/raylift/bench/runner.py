@@ -11,6 +11,7 @@ from typing import Any
 from raylift.bench.loadgen import LoadGenerator
 from raylift.bench.metrics import RequestRecord, samples, summarize
 from raylift.bench.profiles import generate_requests, get_profile
+from raylift.bench.prompt_sizing import TOKENIZER, WORDS, endpoint_tokenizer, size_prompts
 from raylift.config import BENCHMARK_ROUND_WAVES, BENCHMARK_ROUNDS
 from raylift.errors import RayliftValueError
 
@@ -46,6 +47,7 @@ async def arun_benchmark(
     allow_remote: bool = False,
     progress: Callable[[str], None] | None = None,
     max_rounds: int = BENCHMARK_ROUNDS,
+    size_prompts_by_tokenizer: bool = True,
 ) -> dict[str, Any]:
     """:func:`run_benchmark` for callers already inside an event loop (triggers)."""
     levels_wanted = list(concurrency or [1, 4])
@@ -63,16 +65,19 @@ async def arun_benchmark(
     total_duration = 0.0
     total_cancelled = 0
     t0 = time.perf_counter()
-    # Each level's requests (the same seeded set as one block would send) in rounds, the levels taking
-    # turns round by round, so every level is sampled across the whole benchmark's time.
-    plan = {c: _split(generate_requests(spec, requests_per_level, seed_offset=c),
-                      rounds_for(requests_per_level, c, max_rounds=max_rounds)) for c in levels_wanted}
     per_level: dict[int, list[Any]] = {c: [] for c in levels_wanted}
     deadline = {c: float(max_seconds_per_level) for c in levels_wanted}
     async with LoadGenerator(
         base_url, model, api=api, stream=stream, allow_remote=allow_remote,  # type: ignore[arg-type]
         max_connections=max(levels_wanted),
     ) as gen:
+        # Prompts in the served tokenizer's tokens when the endpoint can say (before any timing)
+        tokenizer = await endpoint_tokenizer(gen.post_json, model) if size_prompts_by_tokenizer else None
+        sizing = TOKENIZER if tokenizer is not None else WORDS
+        # Each level's requests (the same seeded set as one block would send) in rounds, the levels taking
+        # turns round by round, so every level is sampled across the whole benchmark's time.
+        plan = {c: _split(await size_prompts(tokenizer, generate_requests(spec, requests_per_level, seed_offset=c)),
+                          rounds_for(requests_per_level, c, max_rounds=max_rounds)) for c in levels_wanted}
         for r in range(max(len(p) for p in plan.values())):
             for c in levels_wanted:
                 if r >= len(plan[c]) or deadline[c] <= 0:
@@ -100,7 +105,8 @@ async def arun_benchmark(
         "api": api,
         "stream": stream,
         "started_at": started,
-        "profile": spec.as_dict(),
+        # how prompts were sized is part of the profile: a baseline of word prompts measured other requests
+        "profile": {**spec.as_dict(), "prompt_sizing": sizing},
         "requests_per_level": requests_per_level,
         "max_seconds_per_level": max_seconds_per_level,
         "levels": levels,
@@ -121,12 +127,15 @@ def run_benchmark(
     allow_remote: bool = False,
     progress: Callable[[str], None] | None = None,
     max_rounds: int = BENCHMARK_ROUNDS,
+    size_prompts_by_tokenizer: bool = True,
 ) -> dict[str, Any]:
     """Benchmark an OpenAI-compatible endpoint at each concurrency level; a JSON-able result.
 
     Each level sends ``requests_per_level`` requests (seeded by the profile and the level) in rounds
     (:func:`rounds_for`; the levels take turns) and stops early after ``max_seconds_per_level`` in all. ``concurrency`` defaults to ``[1, 4]``. ``overall`` pools
-    every request; its throughput is all output tokens over the summed level durations.
+    every request; its throughput is all output tokens over the summed level durations. Prompts are sized
+    in the served tokenizer's tokens when the endpoint has ``/tokenize`` (``profile.prompt_sizing`` says
+    whether they were; :mod:`raylift.bench.prompt_sizing`).
 
     :raises EndpointNotAllowedError: ``base_url`` is not loopback and ``allow_remote`` is False.
     """
@@ -135,6 +144,7 @@ def run_benchmark(
             base_url, model, profile=profile, concurrency=concurrency,
             requests_per_level=requests_per_level, max_seconds_per_level=max_seconds_per_level,
             api=api, stream=stream, allow_remote=allow_remote, progress=progress, max_rounds=max_rounds,
+            size_prompts_by_tokenizer=size_prompts_by_tokenizer,
         )
     )
 
