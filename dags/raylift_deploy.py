@@ -76,6 +76,8 @@ with DAG(
         profile="{{ params.benchmark_profile }}",
         concurrency="{{ params.concurrency }}",
         requests_per_level="{{ params.requests_per_level }}",
+        max_seconds_per_level="{{ params.max_seconds_per_level }}",
+        warmup_requests="{{ params.warmup_requests }}",
         slos="{{ params.slos }}",
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",

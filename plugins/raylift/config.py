@@ -142,6 +142,10 @@ DEFAULT_REQUESTS_PER_LEVEL = 64
 # rounds, each of at least BENCHMARK_ROUND_WAVES waves of its level's concurrency.
 BENCHMARK_ROUNDS = 8
 BENCHMARK_ROUND_WAVES = 2
+# Each concurrency level's time bound (the benchmark's max_seconds_per_level Param). The Inferentia2 llmperf
+# run of seed 004 used --timeout 1800 for 176 requests at concurrency 22; the bound is a Param for that.
+DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S = 120.0
+MAX_BENCHMARK_LEVEL_TIMEOUT_S = 7200
 # A regression (and nothing else) seen by the benchmark is confirmed before it rolls back: after this pause
 # a second benchmark is judged on its own, and only a second "regressed" rolls back. Slow spells that
 # last tens of seconds hit back-to-back runs alike: in ten REST-triggered redeploys of one config on an

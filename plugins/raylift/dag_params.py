@@ -8,9 +8,12 @@ from airflow.sdk import Param
 
 from raylift.config import DEFAULT_APP_NAME, DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS, local_settings
 from raylift.config import DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT, DEFAULT_REQUESTS_PER_LEVEL
+from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, MAX_BENCHMARK_LEVEL_TIMEOUT_S
 from raylift.targets import TARGETS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+# A served model name as hubs spell them ("meta-llama/Llama-2-13b-chat-hf"): segments joined by single "/"
+SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*$"
 
 
 def default_model_source() -> str:
@@ -51,7 +54,8 @@ def deploy_params() -> dict[str, Param]:
             "(*.bin, *.pth, original/*, *.gguf... when *.safetensors exist); []: take every file",
         ),
         "served_name": Param(
-            "tiny-llama", type="string", pattern=NAME_PATTERN, description="Model name clients send in requests"
+            "tiny-llama", type="string", pattern=SERVED_NAME_PATTERN, maxLength=128,
+            description="Model name clients send in requests (may hold '/', e.g. meta-llama/Llama-2-13b-chat-hf)",
         ),
         "app_name": Param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
         "serve_config": Param(
@@ -99,6 +103,16 @@ def deploy_params() -> dict[str, Param]:
             description="Concurrency levels to measure",
         ),
         "requests_per_level": Param(DEFAULT_REQUESTS_PER_LEVEL, type="integer", minimum=1, maximum=2000, description="Requests per level"),
+        "max_seconds_per_level": Param(
+            DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, type="number", exclusiveMinimum=0,
+            maximum=MAX_BENCHMARK_LEVEL_TIMEOUT_S,
+            description="Each level's time bound in seconds (llmperf's --timeout); requests still running then "
+            "are cut off and counted apart",
+        ),
+        "warmup_requests": Param(
+            0, type="integer", minimum=0, maximum=1000,
+            description="Untimed requests sent before the measured ones (e.g. to fill caches and compile paths)",
+        ),
         "slos": Param(
             {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None, "max_error_rate": 0.0},
             type="object",

@@ -66,3 +66,23 @@ def test_levels_go_out_in_rounds_that_take_turns(stub: Callable[..., str]) -> No
     rounds = [ln.split(", ")[0:2] for ln in lines if ln.startswith("round ")]
     assert rounds.index(["round 1/2", "concurrency 4: 8/8 requests"]) < rounds.index(["round 2/8",
                                                                                        "concurrency 1: 2/2 requests"])
+
+
+def test_warm_up_requests_go_out_untimed_and_each_level_has_llmperfs_summary(stub: Callable[..., str]) -> None:
+    import httpx
+
+    url = stub(ttft_ms=2, itl_ms=1)
+    lines: list[str] = []
+    result = run_benchmark(url, "stub", concurrency=[2], requests_per_level=4, warmup_requests=3,
+                           progress=lines.append)
+    served = httpx.get(f"{url}/stats", timeout=10).json()["requests"]  # what the server saw, not what we say
+    level = result["levels"][0]
+    assert served == 7 and level["requests"] == 4 and result["warmup_requests"] == 3
+    assert any(line.startswith("warm-up: 3 requests") for line in lines), lines
+    llmperf = level["llmperf"]
+    assert llmperf["num_requests_started"] == 4 and llmperf["num_completed_requests"] == 4
+    assert llmperf["ttft_s"]["mean"] == pytest.approx(level["ttft_ms"]["mean"] / 1e3)
+    # the stub has no /tokenize: word prompts, and the result says so
+    assert result["profile"]["prompt_sizing"] == "words" and level["sized_input_tokens"] is None
+    with pytest.raises(RayliftValueError, match="warmup_requests"):
+        run_benchmark(url, "stub", warmup_requests=-1)

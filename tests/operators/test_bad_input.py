@@ -57,6 +57,11 @@ def test_unknown_target_is_refused_by_the_params_form() -> None:
         ({"replicas": -1}, "replicas"),
         ({"workers": -2}, "workers"),
         ({"served_name": "bad name!"}, "served_name"),
+        ({"served_name": "/leading-slash"}, "served_name"),
+        ({"served_name": "org//model"}, "served_name"),
+        ({"served_name": "org/model/"}, "served_name"),
+        ({"max_seconds_per_level": 0}, "max_seconds_per_level"),
+        ({"warmup_requests": -1}, "warmup_requests"),
         ({"engine_args": "max_model_len=5"}, "engine_args"),
         ({"slos": {"max_error_rate": 2}}, "slos"),
         ({"concurrency": [0]}, "concurrency"),
@@ -69,6 +74,18 @@ def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> No
 
 def test_good_params_validate() -> None:
     validate({"replicas": 0, "workers": 0, "concurrency": [1, 8]})
+
+
+def test_the_inferentia2_llmperf_run_is_one_trigger_away() -> None:
+    """Seed 004's llmperf run (Llama-2-13B on inf2, TP 8): its served name holds '/', 3072 ± 200 tokens in,
+    512 ± 20 out, concurrency 22, 176 requests, a 1800 s timeout."""
+    from raylift.bench.profiles import get_profile
+
+    validate({"served_name": "meta-llama/Llama-2-13b-chat-hf", "benchmark_profile": "llmperf-inf2",
+              "concurrency": [22], "requests_per_level": 176, "max_seconds_per_level": 1800})
+    inf2 = get_profile("llmperf-inf2")
+    assert (inf2.mean_input_tokens, inf2.stddev_input_tokens, inf2.mean_output_tokens,
+            inf2.stddev_output_tokens) == (3072, 200, 512, 20)
 
 
 def test_negative_replicas_refused_by_the_operator_too(local_home: Path) -> None:

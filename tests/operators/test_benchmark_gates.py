@@ -164,3 +164,21 @@ def test_the_same_config_judged_slower_is_the_machines_doing_and_is_not_rolled_b
     with pytest.raises(GateError, match="regressed"):
         run(slower, "manual__new", config=NEW_VERSION)
     assert rollbacks == ["manual__new"]
+
+
+def test_the_run_keeps_llmperfs_summary_files_beside_its_results_and_the_params_reach_the_benchmark(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+) -> None:
+    import json
+
+    url = stub(ttft_ms=2, itl_ms=1)
+    out = run(url, "manual__llmperf", served_name="org/model", max_seconds_per_level="30", warmup_requests="2")
+    folder = state.store.root / run_key("manual__llmperf")
+    result = json.loads((folder / "benchmark.json").read_text())
+    assert (result["max_seconds_per_level"], result["warmup_requests"]) == (30.0, 2)  # rendered Params, as text
+    files = json.loads((folder / "llmperf_summary.json").read_text())
+    assert sorted(files) == ["1", "4"]
+    four = files["4"]
+    assert four["model"] == "org/model" and four["num_concurrent_requests"] == 4
+    assert four["results_num_completed_requests"] == 16 and four["results_ttft_s_quantiles_p99"] > 0
+    assert out["levels"][1]["llmperf"]["num_requests_started"] == 16  # in the XCom summary too

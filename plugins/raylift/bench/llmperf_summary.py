@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from raylift.bench.metrics import PERCENTILES, RequestRecord, percentile
@@ -127,6 +128,17 @@ def llmperf_file(results: Mapping[str, Any], *, model: str, profile: Mapping[str
         "timestamp": timestamp,
     }
     return flatten(metadata)
+
+
+def llmperf_files(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each level of a raylift benchmark result (:func:`raylift.bench.runner.run_benchmark`) as the summary
+    file llmperf writes for one concurrency, keyed by the concurrency."""
+    started = result.get("started_at")
+    timestamp = int(datetime.fromisoformat(started).timestamp()) if started else 0
+    return {str(level["concurrency"]): llmperf_file(level["llmperf"], model=str(result["model"]),
+                                                   profile=result.get("profile") or {},
+                                                   concurrency=int(level["concurrency"]), timestamp=timestamp)
+            for level in result["levels"] if "llmperf" in level}
 
 
 def _g(value: float | None) -> str:

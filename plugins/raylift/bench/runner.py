@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from raylift.bench.llmperf_summary import metrics_summary
 from raylift.bench.loadgen import LoadGenerator
 from raylift.bench.metrics import RequestRecord, samples, summarize
 from raylift.bench.profiles import generate_requests, get_profile
@@ -48,11 +49,14 @@ async def arun_benchmark(
     progress: Callable[[str], None] | None = None,
     max_rounds: int = BENCHMARK_ROUNDS,
     size_prompts_by_tokenizer: bool = True,
+    warmup_requests: int = 0,
 ) -> dict[str, Any]:
     """:func:`run_benchmark` for callers already inside an event loop (triggers)."""
     levels_wanted = list(concurrency or [1, 4])
     if not levels_wanted or any(not isinstance(c, int) or c < 1 for c in levels_wanted):
         raise RayliftValueError(f"concurrency must be a list of positive integers, got {concurrency!r}")
+    if warmup_requests < 0:
+        raise RayliftValueError(f"warmup_requests must be 0 or more, got {warmup_requests}")
     if requests_per_level < 1 or max_seconds_per_level <= 0:
         raise RayliftValueError(
             f"requests_per_level ({requests_per_level}) and max_seconds_per_level "
@@ -78,6 +82,12 @@ async def arun_benchmark(
         # turns round by round, so every level is sampled across the whole benchmark's time.
         plan = {c: _split(await size_prompts(tokenizer, generate_requests(spec, requests_per_level, seed_offset=c)),
                           rounds_for(requests_per_level, c, max_rounds=max_rounds)) for c in levels_wanted}
+        if warmup_requests:  # untimed, other prompts than the measured ones (seed offset 0: no level has it)
+            warmup = await size_prompts(tokenizer, generate_requests(spec, warmup_requests, seed_offset=0))
+            outcome = await gen.run_concurrency(warmup, min(warmup_requests, max(levels_wanted)),
+                                                max_seconds=max_seconds_per_level)
+            if progress is not None:
+                progress(f"warm-up: {len(outcome.records)} requests in {outcome.duration_s:.1f}s, not measured")
         for r in range(max(len(p) for p in plan.values())):
             for c in levels_wanted:
                 if r >= len(plan[c]) or deadline[c] <= 0:
@@ -93,7 +103,8 @@ async def arun_benchmark(
         duration = sum(o.duration_s for o in outcomes)
         cancelled = sum(o.cancelled for o in outcomes)
         levels.append({"concurrency": c, **summarize(records, duration, cancelled=cancelled),
-                       "rounds": len(outcomes), "samples": samples(records, rounds=[o.records for o in outcomes])})
+                       "rounds": len(outcomes), "samples": samples(records, rounds=[o.records for o in outcomes]),
+                       "llmperf": metrics_summary(records, duration)})
         all_records.extend(records)
         total_duration += duration
         total_cancelled += cancelled
@@ -109,6 +120,7 @@ async def arun_benchmark(
         "profile": {**spec.as_dict(), "prompt_sizing": sizing},
         "requests_per_level": requests_per_level,
         "max_seconds_per_level": max_seconds_per_level,
+        "warmup_requests": warmup_requests,
         "levels": levels,
         "overall": summarize(all_records, total_duration, cancelled=total_cancelled),
     }
@@ -128,6 +140,7 @@ def run_benchmark(
     progress: Callable[[str], None] | None = None,
     max_rounds: int = BENCHMARK_ROUNDS,
     size_prompts_by_tokenizer: bool = True,
+    warmup_requests: int = 0,
 ) -> dict[str, Any]:
     """Benchmark an OpenAI-compatible endpoint at each concurrency level; a JSON-able result.
 
@@ -144,7 +157,7 @@ def run_benchmark(
             base_url, model, profile=profile, concurrency=concurrency,
             requests_per_level=requests_per_level, max_seconds_per_level=max_seconds_per_level,
             api=api, stream=stream, allow_remote=allow_remote, progress=progress, max_rounds=max_rounds,
-            size_prompts_by_tokenizer=size_prompts_by_tokenizer,
+            size_prompts_by_tokenizer=size_prompts_by_tokenizer, warmup_requests=warmup_requests,
         )
     )
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
-from raylift.config import DEFAULT_APP_NAME, DEFAULT_REQUESTS_PER_LEVEL
+from raylift.config import DEFAULT_APP_NAME, DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
 from raylift.errors import GateError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 
@@ -46,6 +46,7 @@ class BenchmarkOperator(TargetOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
+        "max_seconds_per_level", "warmup_requests",
         "max_regression", "regression_confidence", "regression_strict", "regression_baseline",
     )
 
@@ -58,7 +59,8 @@ class BenchmarkOperator(TargetOperator):
         profile: str | dict[str, Any] = "smoke",
         concurrency: list[int] | str = (1, 4),
         requests_per_level: int | str = DEFAULT_REQUESTS_PER_LEVEL,
-        max_seconds_per_level: float = 120.0,
+        max_seconds_per_level: float | str = DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S,
+        warmup_requests: int | str = 0,
         slos: dict[str, Any] | None = None,
         max_regression: float | str | None = None,
         regression_confidence: float | str | None = None,
@@ -71,6 +73,7 @@ class BenchmarkOperator(TargetOperator):
         self.served_name, self.app_name, self.deployed = served_name, app_name, deployed
         self.profile, self.concurrency = profile, concurrency
         self.requests_per_level, self.max_seconds_per_level = requests_per_level, max_seconds_per_level
+        self.warmup_requests = warmup_requests
         self.slos = slos or {}
         self.max_regression = max_regression
         self.regression_confidence, self.regression_strict = regression_confidence, regression_strict
@@ -90,6 +93,7 @@ class BenchmarkOperator(TargetOperator):
             REGRESSION_CONFIRM_PAUSE_S,
         )
         from raylift.bench.report import run_history, write_run_report
+        from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
         from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
         from raylift.rollback import restore_app
@@ -111,17 +115,22 @@ class BenchmarkOperator(TargetOperator):
             if config:
                 self.state_for(str(self.app_name)).record_good(context["run_id"], config, benchmark=None)
             return {"skipped": f"no OpenAI API in the {kind.name} app"}
-        result = run_benchmark(
-            endpoint,
-            str(self.served_name),
-            profile=self.profile,
-            concurrency=self._levels(),
-            requests_per_level=int(self.requests_per_level),
-            max_seconds_per_level=self.max_seconds_per_level,
-            allow_remote=self.target != "local",
-            progress=lambda line: self.log.info("benchmark: %s (%s)", line, watch),
-        )
-        self.log.info("benchmark results (%s):\n%s", watch, format_table(result))
+        def benchmark(label: str) -> dict[str, Any]:
+            """One benchmark of the endpoint at this run's Params, its table and llmperf's figures logged."""
+            out = run_benchmark(
+                endpoint, str(self.served_name), profile=self.profile, concurrency=self._levels(),
+                requests_per_level=int(self.requests_per_level),
+                max_seconds_per_level=_number(self.max_seconds_per_level, DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S),
+                warmup_requests=int(_number(self.warmup_requests, 0)),
+                allow_remote=self.target != "local",
+                progress=lambda line: self.log.info("%s: %s (%s)", label, line, watch))
+            self.log.info("%s results (%s):\n%s", label, watch, format_table(out))
+            for level in out["levels"]:
+                self.log.info("%s, concurrency %s, as llmperf reports it:\n%s", label, level["concurrency"],
+                              format_llmperf(level["llmperf"]))
+            return out
+
+        result = benchmark("benchmark")
 
         state = self.state_for(str(self.app_name))
         run_id = context["run_id"]
@@ -165,12 +174,7 @@ class BenchmarkOperator(TargetOperator):
             self.log.warning("%s\nregression seen: confirming with a second benchmark in %.0f s before rolling back",
                              format_judgement(judgement.as_dict()), pause)
             time.sleep(pause)
-            second = run_benchmark(
-                endpoint, str(self.served_name), profile=self.profile, concurrency=self._levels(),
-                requests_per_level=int(self.requests_per_level), max_seconds_per_level=self.max_seconds_per_level,
-                allow_remote=self.target != "local",
-                progress=lambda line: self.log.info("confirmation benchmark: %s (%s)", line, watch))
-            self.log.info("confirmation benchmark results (%s):\n%s", watch, format_table(second))
+            second = benchmark("confirmation benchmark")
             first, first_judgement = result, judgement
             judgement, violations = gates(second)
             result = confirmation_result(first, first_judgement.as_dict(), second, pause)
@@ -186,6 +190,8 @@ class BenchmarkOperator(TargetOperator):
             self.log.warning("regression gate inconclusive (not failing: regression_strict is off); about %s "
                              "requests per level would make it conclusive", judgement.needed_requests)
         state.store.write_json(f"{run_key(run_id)}/benchmark.json", result)
+        # the levels as llmperf writes its summary files, beside raylift's results (docs/benchmark-metrics.md)
+        state.store.write_json(f"{run_key(run_id)}/llmperf_summary.json", llmperf_files(result))
         try:  # the dashboard's figures (CloudWatch on AWS targets, nothing on local); never blocks the gates
             self.target_impl.publish_benchmark(result, model=str(self.served_name), run_id=run_id)
         except Exception:
