@@ -55,8 +55,9 @@ class LLMArgs(BaseModel):
     default_max_tokens: int | None = Field(
         default=None,
         ge=1,
-        description="max_tokens when a request names none (vLLM's override_generation_config.max_new_tokens); "
-        "None = vLLM's default, the rest of the context",
+        description="The most output tokens any request gets (vLLM's override_generation_config.max_new_tokens, "
+        "a server-wide limit in vLLM): max_tokens of a request that names none, and the cap of one asking for "
+        "more (its min_tokens above it is a 400). None = vLLM's default, the rest of the context",
     )
     fail_on_start: str | None = Field(default=None, description="Testing aid: raise this at start-up")
 
