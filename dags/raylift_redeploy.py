@@ -1,6 +1,7 @@
 """raylift_redeploy: re-run the last good raylift_deploy on a cron, and whenever a model is staged.
 
-Cron: ``raylift.config.redeploy_cron()`` (Airflow Variable ``raylift_redeploy_cron``, default 03:00 UTC);
+Cron: ``raylift.config.redeploy_cron()`` (env ``AIRFLOW_VAR_RAYLIFT_REDEPLOY_CRON`` of the DAG processor, read
+at parse time without querying the metadata store; default 03:00 UTC);
 catchup=False, so unpausing runs at most the latest due redeploy, never a backlog.
 Asset: the ``raylift-staged-model`` alias (StageModelOperator with that outlet, e.g. raylift_stage_model);
 such a run deploys the announced model with the rest of the last good Params. The deploy itself is a

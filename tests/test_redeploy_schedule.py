@@ -30,6 +30,18 @@ def test_default_cron_without_a_variable(monkeypatch: pytest.MonkeyPatch) -> Non
     assert redeploy_cron() == DEFAULT_REDEPLOY_CRON
 
 
+def test_parsing_the_dag_never_asks_the_metadata_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule is fixed at parse time; the DAG processor parses every file every 30 s, so the cron must not
+    cost a Variable lookup (an API call to the metadata store) per parse."""
+    from airflow.sdk import Variable
+
+    asked: list[str] = []
+    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, *a, **k: asked.append(key)))
+    monkeypatch.setenv(ENV_VARIABLE, "15 1 * * *")
+    assert load_redeploy_dag().timetable.timetable.expression == "15 1 * * *"
+    assert asked == [], f"Variable.get called while parsing: {asked}"
+
+
 def test_variable_overrides_the_cron_and_the_dag_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_VARIABLE, " 30 2 * * 1 ")
     assert redeploy_cron() == "30 2 * * 1"

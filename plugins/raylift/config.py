@@ -163,8 +163,10 @@ def local_settings() -> LocalSettings:
     return LocalSettings()
 
 # Entry points: the scheduled redeploy and the staged-model asset (dags/raylift_redeploy.py).
-# The cron is read from the Airflow Variable below (also settable as env AIRFLOW_VAR_RAYLIFT_REDEPLOY_CRON,
-# Airflow's environment secrets backend); without one, this default applies.
+# A schedule is fixed when the DAG file is parsed, and a parse must not query the metadata store (Airflow's
+# best practice: the DAG processor parses every file every 30 s). So the cron comes from the environment of
+# the process that parses DAGs, in the name Airflow gives the Variable there (AIRFLOW_VAR_RAYLIFT_REDEPLOY_CRON,
+# its environment secrets backend); a Variable stored in the database is not read. Without it, this default.
 DEFAULT_REDEPLOY_CRON = "0 3 * * *"
 REDEPLOY_CRON_VARIABLE = "raylift_redeploy_cron"
 # StageModelOperator adds an event for the staged model's Asset (uri = its model-store location) to
@@ -174,7 +176,7 @@ DEPLOY_DAG_ID = "raylift_deploy"
 
 
 def redeploy_cron() -> str:
-    """The redeploy cron: Airflow Variable ``raylift_redeploy_cron`` if set, else ``DEFAULT_REDEPLOY_CRON``."""
-    from airflow.sdk import Variable
-
-    return str(Variable.get(REDEPLOY_CRON_VARIABLE, default=DEFAULT_REDEPLOY_CRON)).strip()
+    """The redeploy cron: ``AIRFLOW_VAR_RAYLIFT_REDEPLOY_CRON`` in the parsing process's environment if set,
+    else ``DEFAULT_REDEPLOY_CRON``. Read at parse time, so never from the metadata store (see above)."""
+    value = os.environ.get(f"AIRFLOW_VAR_{REDEPLOY_CRON_VARIABLE.upper()}", "").strip()
+    return value or DEFAULT_REDEPLOY_CRON
