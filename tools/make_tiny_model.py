@@ -59,7 +59,7 @@ def train_tokenizer(vocab_size: int, seed: int):
     return tok
 
 
-def build(out: Path, *, vocab_size: int = 2048, seed: int = 0) -> Path:
+def build(out: Path, *, vocab_size: int = 2048, seed: int = 0, hidden_size: int = 128, layers: int = 2) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -79,10 +79,10 @@ def build(out: Path, *, vocab_size: int = 2048, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(hf_tok),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden_size // 64,
         num_key_value_heads=1,
         head_dim=64,
         max_position_embeddings=2048,
@@ -107,11 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--vocab-size", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
+    # a heavier model (more compute per token) for a version that is slower on any machine
+    ap.add_argument("--hidden-size", type=int, default=128, help="a multiple of 64 (the head size)")
+    ap.add_argument("--layers", type=int, default=2)
     args = ap.parse_args(argv)
+    if args.hidden_size < 64 or args.hidden_size % 64:
+        ap.error(f"--hidden-size {args.hidden_size}: use a multiple of 64 (the head size), e.g. 128 or 512")
     if (args.out / "config.json").exists() and (args.out / "model.safetensors").exists():
         print(f"tiny model already present at {args.out}")
         return 0
-    build(args.out, vocab_size=args.vocab_size, seed=args.seed)
+    build(args.out, vocab_size=args.vocab_size, seed=args.seed, hidden_size=args.hidden_size, layers=args.layers)
     files = {p.name: p.stat().st_size for p in sorted(args.out.iterdir())}
     print(json.dumps({"model_dir": str(args.out), "files": files}, indent=1))
     return 0

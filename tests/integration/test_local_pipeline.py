@@ -17,6 +17,7 @@ The tests share one stack because a stack (cluster, engine starts, a deploy) is 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -35,9 +36,11 @@ import httpx
 import psutil
 import pytest
 
+from raylift.serve_config import app_by_name
 from tests.fixtures.background_load import BackgroundLoad
 from tests.fixtures.local_stack import LocalStack, make_stack, stop_cluster, tiny_model_path
 from tests.fixtures.plugin_server import serve_airflow_plugins
+from tests.serve_apps.models import RUNTIME_PYTHON
 
 pytestmark = pytest.mark.integration
 
@@ -156,6 +159,43 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     assert serve["proxy_location"] == "HeadOnly", serve["proxy_location"]
 
 
+# -- 1a. the benchmark's prompts are as long as asked, in the served tokenizer's tokens --------------
+TOKEN_COUNTER = """
+import json, sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+print(json.dumps([len(tok.encode(t, add_special_tokens=False)) for t in json.load(sys.stdin)]))
+"""
+
+
+def test_benchmark_prompts_have_the_requested_length_in_the_served_tokenizer(stack: LocalStack) -> None:
+    from raylift.bench.loadgen import LoadGenerator
+    from raylift.bench.profiles import generate_requests, get_profile
+    from raylift.bench.prompt_sizing import endpoint_tokenizer, size_prompts
+
+    async def sized() -> list[Any]:
+        async with LoadGenerator(stack.serve_url, MODEL) as gen:
+            tokenizer = await endpoint_tokenizer(gen.post_json, MODEL)
+            assert tokenizer is not None, "the LLM app serves vLLM's /tokenize and /detokenize"
+            specs = generate_requests(get_profile("short"), 24) + generate_requests(get_profile("smoke"), 8)
+            return await size_prompts(tokenizer, specs)
+
+    specs = asyncio.run(sized())
+    # the judge: the model's own tokenizer, loaded by transformers in the runtime env (nobody here wrote it)
+    counted = subprocess.run([str(RUNTIME_PYTHON), "-c", TOKEN_COUNTER, str(tiny_model_path())],
+                             input=json.dumps([s.prompt for s in specs]), capture_output=True, text=True,
+                             timeout=120, check=True)
+    truth = json.loads(counted.stdout)
+    off = [(s.input_tokens, n, s.prompt_tokens) for s, n in zip(specs, truth) if abs(n - s.input_tokens) > 1]
+    assert not off, f"(asked, tokenizer's count, raylift's count) more than 1 token off: {off}"
+    assert [s.prompt_tokens for s in specs] == truth  # the count raylift records is the tokenizer's
+    # the deploy's own benchmark sized its prompts the same way, and says so
+    result = newest_benchmark(stack)
+    assert result["profile"]["prompt_sizing"] == "tokenizer"
+    for level in result["levels"]:
+        assert abs(level["sized_input_tokens"] - level["requested_input_tokens"]) <= level["requests"], level
+
+
 # -- 1. the good run's benchmark report, through the extra link -------------------------------------
 @pytest.fixture()
 def plugin_server(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
@@ -247,16 +287,26 @@ def newest_benchmark(stack: LocalStack) -> dict[str, Any]:
     return json.loads(files[-1].read_text())
 
 
-SLOW_ENGINE_ARGS = {"max_num_seqs": 1}
 SLOW_REQUESTS = 64  # the default requests per level, that the regression gate's error rates were measured with
 
 
+@pytest.fixture(scope="module")
+def heavier_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The slower version: the tiny model 4x as wide and 4x as deep (7x the time per token in transformers
+    here). An engine setting that only limits batching (max_num_seqs 1) was no slower on 2 saturated cores:
+    +44 % TTFT [+6 %, +82 %] and inconclusive here, inconclusive on every metric in CI. More compute per
+    token is slower on any machine."""
+    path = tmp_path_factory.mktemp("model-wide") / "tiny-wide"
+    subprocess.run([str(RUNTIME_PYTHON), str(Path(__file__).resolve().parents[2] / "tools/make_tiny_model.py"),
+                    str(path), "--hidden-size", "512", "--layers", "8"], check=True, capture_output=True, timeout=300)
+    return path
+
+
 @pytest.mark.timeout(2 * RECOVERY_TIMEOUT_S + 900)
-def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStack) -> None:
+def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStack, heavier_model: Path) -> None:
     wait_recovered(stack, set())
-    # 1 request/s, not the suite's 2: the slower version (max_num_seqs 1) runs one sequence at a time, so at 2/s
-    # its engines stayed busy and starved each replica start of its rollout and rollback (236 s to RUNNING; this
-    # test alone took 702 s of a 30 min 43 s suite)
+    # 1 request/s, not the suite's 2: at 2/s a slower version's busy engines starved each replica start of its
+    # rollout and rollback (236 s to RUNNING; this test alone took 702 s of a 30 min 43 s suite)
     with BackgroundLoad(stack.serve_url, MODEL, rate=1.0, max_requests=3000, max_seconds=1500) as load:
         load.wait_for(10)
         # The same config twice (byte-identical Serve config: no replica restarts), 64 requests per level,
@@ -284,23 +334,23 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
             assert "Not rolled back; the last good run stays the baseline" in same.stdout + same.stderr
             (stack.home / "gate-same-regressed.json").write_text(json.dumps(same_judgement, indent=1))
         good = json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text())
-        # The new version: an engine setting that makes the app slower per request at concurrency 4
-        # (max_num_seqs 1: the engine runs one sequence at a time, the rest queue) — a code update, so
-        # new replicas start before the old stop, and going back starts the old version's again.
+        # The new version: heavier weights staged under the same model id and served name (a release the gate
+        # judges against the same baseline) — a new model folder, so new replicas start before the old stop,
+        # and going back starts the old version's again.
         # its confirmation waits 15 s, not the default minute (the slowdown holds; the suite's time does not)
         stack.env["RAYLIFT_REGRESSION_CONFIRM_PAUSE_S"] = "15"
         try:
             result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
-                                                            engine_args=SLOW_ENGINE_ARGS))
+                                                            model_source=str(heavier_model)))
         finally:
             del stack.env["RAYLIFT_REGRESSION_CONFIRM_PAUSE_S"]
         (stack.home / "gate-rollback.log").write_text(result.stdout + result.stderr)
-        app = wait_recovered(stack, set())  # back on the last good config: 2 replicas, no max_num_seqs
+        app = wait_recovered(stack, set())  # back on the last good config: 2 replicas, model A's folder
         load.wait_for(len(load.records) + 5)
     print("same config:", same_judgement["verdict"], same_judgement.get("needed_requests"))
     out = result.stdout + result.stderr
     slow_judgement = newest_benchmark(stack)["judgement"]
-    print("slow engine:", [m for m in slow_judgement["metrics"] if m["verdict"] == "regressed"])
+    print("heavier model:", [m for m in slow_judgement["metrics"] if m["verdict"] == "regressed"])
     assert result.returncode != 0, _tail(result)
     assert slow_judgement["verdict"] == "regressed", slow_judgement
     # regressed twice: the first benchmark, then the confirmation 15 s later, judged on its own
@@ -312,7 +362,7 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
     # the run's rollback guard (one_failed) finds the gate's rollback done: no second restore
     assert "nothing to roll back: app 'llm' already runs the last good config" in out, _tail(result)
     assert app["deployments"][DEPLOYMENT]["deployment_config"]["num_replicas"] == REPLICAS
-    assert "max_num_seqs" not in json.dumps(app["deployed_app_config"]["args"])
+    assert app["deployed_app_config"]["args"]["model"] == app_by_name(good["config"], "llm")["args"]["model"]
     assert json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text()) == good
     report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled}
     (stack.home / "gate-rollback.json").write_text(json.dumps(report, indent=2))
