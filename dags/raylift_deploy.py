@@ -78,6 +78,7 @@ with DAG(
         requests_per_level="{{ params.requests_per_level }}",
         max_seconds_per_level="{{ params.max_seconds_per_level }}",
         warmup_requests="{{ params.warmup_requests }}",
+        cost="{{ params.cost }}",
         slos="{{ params.slos }}",
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",

@@ -109,6 +109,18 @@ def deploy_params() -> dict[str, Param]:
             description="Each level's time bound in seconds (llmperf's --timeout); requests still running then "
             "are cut off and counted apart",
         ),
+        "cost": Param(
+            {},
+            type="object",
+            properties={
+                "region": {"type": "string", "minLength": 1},
+                "prices": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+            },
+            additionalProperties=False,
+            description="Cost of the run: AWS region of the price table (default: the target's, else us-east-1) "
+            "and USD per instance-hour overrides, e.g. {\"prices\": {\"local\": 0.5, \"g5.xlarge\": 0.8}} "
+            "(a negotiated rate, or a figure for this machine: 'local' is 0 by default)",
+        ),
         "warmup_requests": Param(
             0, type="integer", minimum=0, maximum=1000,
             description="Untimed requests sent before the measured ones (e.g. to fill caches and compile paths)",

@@ -89,7 +89,8 @@ def build_record(
             "cold_start": cold_start(triggered_at, parts),
             "smoke": parts.get("smoke"),
             "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri"),
-                          "judgement": bench.get("judgement")},  # the regression gate's verdict per metric
+                          "judgement": bench.get("judgement"),  # the regression gate's verdict per metric
+                          "cost": bench.get("cost")},
             "steps": {name: ("done" if value else "missing") for name, value in parts.items()},
         }
     )

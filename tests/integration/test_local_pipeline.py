@@ -216,8 +216,12 @@ def test_report_of_the_good_run_is_reachable_from_the_benchmark_task(stack: Loca
     assert link.startswith("/raylift-reports/runs/") and link.endswith("/benchmark.html"), link
     run_folder = link.split("/")[3]
     folder = stack.home / "model-store/_raylift/runs" / run_folder
-    assert {"benchmark.html", "benchmark.csv", "benchmark-latency.png", "benchmark-throughput.png"} <= {
-        p.name for p in folder.iterdir()}
+    assert {"benchmark.html", "benchmark.csv", "benchmark-latency.png", "benchmark-throughput.png",
+            "llmperf_summary.json"} <= {p.name for p in folder.iterdir()}
+    # every run is costed: this machine's nodes as Ray counts them (head + worker), free unless declared
+    cost = stack.run_records()[-1]["benchmark"]["cost"]
+    assert cost["nodes"] == {"local": 2} and cost["usd_per_hour"] == 0.0, cost
+    assert "USD per 10⁶ output tokens" in (folder / "benchmark.html").read_text()
     # without an api-server the demo names the file
     assert f"report:    {folder / 'benchmark.html'}" in demo_summary(stack)
 

@@ -182,3 +182,16 @@ def test_the_run_keeps_llmperfs_summary_files_beside_its_results_and_the_params_
     assert four["model"] == "org/model" and four["num_concurrent_requests"] == 4
     assert four["results_num_completed_requests"] == 16 and four["results_ttft_s_quantiles_p99"] > 0
     assert out["levels"][1]["llmperf"]["num_requests_started"] == 16  # in the XCom summary too
+
+
+def test_cost_is_evidence_not_a_gate_and_a_bad_cost_param_fails_before_any_request(
+    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAYLIFT_DASHBOARD_PORT", "18999")  # nothing answers: the local target cannot count nodes
+    url = stub(ttft_ms=2, itl_ms=1)
+    out = run(url, "manual__cost", cost={"prices": {"local": 0.5}})
+    assert out["cost"]["error"].startswith("ClusterError: Cannot reach the Ray dashboard"), out["cost"]
+    assert state.last_good()["run_id"] == "manual__cost" and rollbacks == []  # the run passed all the same
+    with pytest.raises(RayliftValueError, match="cost"):
+        run(url, "manual__bad_cost", cost={"price": {"local": 1}})
+    assert rollbacks == [] and state.last_good()["run_id"] == "manual__cost"

@@ -88,6 +88,38 @@ def cost_summary(
     }
 
 
+def run_cost(
+    result: Mapping[str, Any],
+    nodes: Mapping[str, int],
+    *,
+    region: str = DEFAULT_REGION,
+    prices: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """:func:`cost_summary` plus every level's cost per 10⁶ output tokens: what a run's result, record,
+    log and report show. A node type without a price raises :class:`BenchmarkError` naming it."""
+    if not nodes:
+        raise BenchmarkError("the target cannot tell which nodes it runs, so the run has no cost")
+    summary = cost_summary(result, nodes, region=region, prices=prices)
+    summary["levels"] = [
+        {"concurrency": lv["concurrency"], "output_tokens_per_s": lv["output_tokens_per_s"],
+         "usd_per_million_output_tokens": cost_per_million_tokens(summary["usd_per_hour"], lv["output_tokens_per_s"])}
+        for lv in result["levels"]
+    ]
+    summary["price_overrides"] = dict(prices or {})
+    return summary
+
+
+def format_cost(cost: Mapping[str, Any]) -> str:
+    """One line for the task log: the cluster's hourly price and the cost per 10⁶ tokens at each level."""
+    if cost.get("error"):
+        return f"cost unknown: {cost['error']}"
+    nodes = ", ".join(f"{count} x {name}" for name, count in cost["nodes"].items())
+    levels = "; ".join(f"concurrency {lv['concurrency']}: {_fmt(lv['usd_per_million_output_tokens'], '.4g')} USD"
+                       for lv in cost["levels"])
+    return (f"cost: {cost['usd_per_hour']:.4g} USD/hour for {nodes} ({cost['region']}, list prices of "
+            f"{cost['prices_as_of']}); per 10^6 output tokens: {levels}")
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 

@@ -122,7 +122,54 @@ def plot_history(history: Sequence[Mapping[str, Any]], path: Path) -> Path:
     return path
 
 
-def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *, title: str) -> Path:
+def _money(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def cost_html(result: Mapping[str, Any], peers: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The run's cost (per hour, per 10⁶ output tokens at each level) and, for ``peers`` (the last good run,
+    other targets' last runs of the model), the same figures side by side, as in a Graviton vs x86 table."""
+    cost = result.get("cost")
+    if not cost:
+        return ""
+    if cost.get("error"):
+        return f"<h2>Cost</h2>\n<p>unknown: {html.escape(str(cost['error']))}</p>"
+    nodes = ", ".join(f"{count} × {name}" for name, count in cost["nodes"].items())
+    rows = "".join(f"<tr><td>{lv['concurrency']}</td><td>{lv['output_tokens_per_s']:.1f}</td>"
+                   f"<td>{_money(lv['usd_per_million_output_tokens'])}</td></tr>" for lv in cost["levels"])
+    out = [f"<h2>Cost</h2>\n<p>{html.escape(nodes)}: <b>{_money(cost['usd_per_hour'])} USD per hour</b> "
+           f"({html.escape(str(cost['region']))} list prices of {html.escape(str(cost['prices_as_of']))}"
+           f"{'; overrides ' + html.escape(json.dumps(cost['price_overrides'])) if cost.get('price_overrides') else ''}); "
+           f"this benchmark {_money(cost['usd_for_run'])} USD</p>",
+           '<table border="1" cellpadding="4"><tr><th>concurrency</th><th>output tok/s</th>'
+           f"<th>USD per 10⁶ output tokens</th></tr>{rows}</table>"]
+    compared = [(str(p.get("label", "")), p["result"]) for p in peers
+                if (p.get("result") or {}).get("cost") and not p["result"]["cost"].get("error")]
+    if compared:
+        mine = cost["usd_per_million_output_tokens"]
+        lines = []
+        for label, run in [("this run", result), *compared]:
+            c = run["cost"]
+            per_m = c["usd_per_million_output_tokens"]
+            vs = f"{per_m / mine - 1:+.0%}" if per_m is not None and mine else "-"
+            lines.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(str(run.get('target', '-')))}</td>"
+                         f"<td>{html.escape(', '.join(f'{n} × {t}' for t, n in c['nodes'].items()))}</td>"
+                         f"<td>{_money(c['usd_per_hour'])}</td><td>{c['best_concurrency']}</td>"
+                         f"<td>{c['output_tokens_per_s']:.1f}</td><td>{_money(per_m)}</td><td>{vs}</td></tr>")
+        out.append('<h3>Against other runs of this model</h3>\n<table border="1" cellpadding="4"><tr><th>run</th>'
+                   "<th>target</th><th>nodes</th><th>USD/hour</th><th>best concurrency</th><th>output tok/s</th>"
+                   f"<th>USD per 10⁶ tokens</th><th>vs this run</th></tr>{''.join(lines)}</table>")
+    return "\n".join(out)
+
+
+def report_title(result: Mapping[str, Any]) -> str:
+    """The page title: app, model and target, so a tab or a saved file says what was measured."""
+    return (f"raylift benchmark: app {result.get('app', '-')}, model {result.get('model', '-')}, "
+            f"target {result.get('target', '-')}")
+
+
+def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *, title: str,
+               peers: Sequence[Mapping[str, Any]] = ()) -> Path:
     """One HTML file with the table and the PNGs inlined (base64), viewable without a web server."""
     figures = "\n".join(
         f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
@@ -145,6 +192,7 @@ started {html.escape(str(result.get("started_at", "")))}</p>
 <p>profile <code>{profile}</code></p>
 <pre>{html.escape(format_table(result))}</pre>
 {judgement}
+{cost_html(result, peers)}
 {figures}
 </body></html>
 """
@@ -158,6 +206,7 @@ def write_report(
     *,
     name: str = "benchmark",
     history: Sequence[Mapping[str, Any]] | None = None,
+    peers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Path]:
     """Write ``<name>.json``, ``<name>.csv``, the PNGs and ``<name>.html`` under ``out_dir``.
 
@@ -178,7 +227,9 @@ def write_report(
             runs.append(result)
         paths["history_png"] = plot_history(runs, out / f"{name}-history.png")
     images = [p for key, p in paths.items() if key.endswith("_png")]
-    paths["html"] = write_html(result, images, out / f"{name}.html", title=f"raylift benchmark: {name}")
+    paths["html"] = write_html(result, images, out / f"{name}.html",
+                               title=report_title(result) if result.get("app") else f"raylift benchmark: {name}",
+                               peers=peers)
     return paths
 
 
@@ -198,13 +249,35 @@ def run_history(store: ObjectStore, runs_prefix: str, result: Mapping[str, Any],
     return runs[-limit:]
 
 
+def cost_peers(store: ObjectStore, runs_prefix: str, result: Mapping[str, Any],
+               last_good: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """What the report's cost table sets beside this run: the last good run, and the newest run of the same
+    served model on each other target whose results share this store."""
+    peers: list[dict[str, Any]] = []
+    if last_good and last_good.get("benchmark"):
+        peers.append({"label": f"last good ({last_good.get('run_id', '')})", "result": last_good["benchmark"]})
+    newest: dict[str, dict[str, Any]] = {}
+    for key in store.list(runs_prefix):
+        if not key.endswith("/benchmark.json"):
+            continue
+        run = store.read_json(key) or {}
+        target = run.get("target")
+        if run.get("model") != result.get("model") or not target or target == result.get("target"):
+            continue
+        if str(run.get("started_at", "")) > str(newest.get(target, {}).get("started_at", "")):
+            newest[target] = run
+    peers += [{"label": f"last on {target}", "result": run} for target, run in sorted(newest.items())]
+    return peers
+
+
 def write_run_report(
-    store: ObjectStore, run_prefix: str, result: Mapping[str, Any], *, history: Sequence[Mapping[str, Any]] = ()
+    store: ObjectStore, run_prefix: str, result: Mapping[str, Any], *, history: Sequence[Mapping[str, Any]] = (),
+    peers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, str]:
     """Write the report files (:func:`write_report`) into ``run_prefix`` of a model store (a local
     directory or S3); returns the store key of each file by kind."""
     with tempfile.TemporaryDirectory(prefix="raylift-report-") as tmp:
-        paths = write_report(result, tmp, history=[*history, result] if history else None)
+        paths = write_report(result, tmp, history=[*history, result] if history else None, peers=peers)
         keys = {}
         for kind, path in paths.items():
             keys[kind] = f"{run_prefix}/{path.name}"

@@ -46,7 +46,7 @@ class BenchmarkOperator(TargetOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
-        "max_seconds_per_level", "warmup_requests",
+        "max_seconds_per_level", "warmup_requests", "cost",
         "max_regression", "regression_confidence", "regression_strict", "regression_baseline",
     )
 
@@ -61,6 +61,7 @@ class BenchmarkOperator(TargetOperator):
         requests_per_level: int | str = DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level: float | str = DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S,
         warmup_requests: int | str = 0,
+        cost: dict[str, Any] | str | None = None,
         slos: dict[str, Any] | None = None,
         max_regression: float | str | None = None,
         regression_confidence: float | str | None = None,
@@ -74,6 +75,7 @@ class BenchmarkOperator(TargetOperator):
         self.profile, self.concurrency = profile, concurrency
         self.requests_per_level, self.max_seconds_per_level = requests_per_level, max_seconds_per_level
         self.warmup_requests = warmup_requests
+        self.cost = cost or {}
         self.slos = slos or {}
         self.max_regression = max_regression
         self.regression_confidence, self.regression_strict = regression_confidence, regression_strict
@@ -85,6 +87,20 @@ class BenchmarkOperator(TargetOperator):
         items = raw.split(",") if isinstance(raw, str) else list(raw)
         return [int(c) for c in items]
 
+    def _cost(self, result: dict[str, Any]) -> dict[str, Any]:
+        """What the cluster the target runs costs per hour, and per 10⁶ output tokens at each level. Never
+        blocks the gates: a target that cannot tell, or a node type without a price, gives the reason."""
+        from raylift.bench.cost import DEFAULT_REGION, run_cost
+
+        options = _cost_options(self.cost)
+        region = options.get("region") or DEFAULT_REGION
+        try:
+            region = options.get("region") or _target_region(self.target_impl) or DEFAULT_REGION
+            return run_cost(result, self.target_impl.billed_nodes(), region=region, prices=options.get("prices"))
+        except Exception as exc:  # noqa: BLE001 - cost is evidence for people, not a gate
+            self.log.warning("benchmark cost not computed: %s", exc)
+            return {"error": f"{type(exc).__name__}: {exc}", "region": region}
+
     def execute(self, context: Any) -> dict[str, Any]:
         from raylift.bench.gates import assess, merged_slos
         from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, format_judgement
@@ -92,13 +108,15 @@ class BenchmarkOperator(TargetOperator):
             DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT,
             REGRESSION_CONFIRM_PAUSE_S,
         )
-        from raylift.bench.report import run_history, write_run_report
+        from raylift.bench.report import cost_peers, run_history, write_run_report
+        from raylift.bench.cost import format_cost
         from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
         from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
         from raylift.rollback import restore_app
         from raylift.serve_config import APP_KINDS
 
+        _cost_options(self.cost)  # a malformed cost Param fails here, before any request is sent
         baseline_choice = self.regression_baseline or "last_good"
         if baseline_choice not in REGRESSION_BASELINES:
             raise RayliftValueError(
@@ -182,6 +200,9 @@ class BenchmarkOperator(TargetOperator):
                              "confirmed" if judgement.verdict == REGRESSED else "not confirmed", pause,
                              judgement.verdict)
         result["judgement"] = judgement.as_dict()
+        result["app"], result["target"] = str(self.app_name), str(self.target)
+        result["cost"] = self._cost(result)
+        self.log.info("%s", format_cost(result["cost"]))
         if unchanged:
             result["judgement"]["not_attributed"] = (
                 f"same app config as the baseline run {good['run_id']}: not a release's regression, not rolled back")
@@ -197,8 +218,10 @@ class BenchmarkOperator(TargetOperator):
         except Exception:
             self.log.exception("benchmark metrics not published; the gates still apply")
         try:  # the report is for people; a plotting failure must not stop the gates below
-            history = run_history(state.store, run_key(run_id).rsplit("/", 1)[0], result)
-            files = write_run_report(state.store, run_key(run_id), result, history=history)
+            runs_prefix = run_key(run_id).rsplit("/", 1)[0]
+            history = run_history(state.store, runs_prefix, result)
+            peers = cost_peers(state.store, runs_prefix, result, state.last_good())
+            files = write_run_report(state.store, run_key(run_id), result, history=history, peers=peers)
             self.log.info("benchmark report: %s", state.store.child_uri(files["html"]))
         except Exception:
             self.log.exception("benchmark report not written; the gates still apply")
@@ -211,8 +234,27 @@ class BenchmarkOperator(TargetOperator):
         if config and not unchanged:
             state.record_good(run_id, config, benchmark=result)
         return {"overall": result.get("overall", {}), "levels": _without_samples(result.get("levels", [])),
-                "judgement": result["judgement"],
+                "judgement": result["judgement"], "cost": result["cost"],
                 "results_uri": state.store.child_uri(f"{run_key(run_id)}/benchmark.json")}
+
+
+def _target_region(target: Any) -> str | None:
+    """The AWS region a target runs in (EKS: ``region()``; ECS: its connection's region), None on local."""
+    if callable(getattr(target, "region", None)):
+        return str(target.region())
+    return getattr(getattr(target, "aws", None), "region_name", None)
+
+
+def _cost_options(raw: Any) -> dict[str, Any]:
+    """The cost Param: a dict, or its JSON text when templates render to strings."""
+    import json
+
+    if isinstance(raw, str):
+        raw = json.loads(raw) if raw.strip() else {}
+    if not isinstance(raw, dict) or set(raw) - {"region", "prices"}:
+        raise RayliftValueError(f"cost {raw!r}: give an object with 'region' and/or 'prices' "
+                                "(instance type -> USD per hour), e.g. {\"prices\": {\"local\": 0.5}}")
+    return raw
 
 
 def confirmation_result(

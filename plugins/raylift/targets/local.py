@@ -78,6 +78,10 @@ class LocalTarget(Target):
     def cluster_state(self) -> ClusterState:
         return self.dashboard.cluster_state()
 
+    def billed_nodes(self) -> dict[str, int]:
+        """Every alive Ray node here is this machine ('local' in the price table: 0 unless declared)."""
+        return {"local": self.cluster_state().nodes}
+
     def current_serve_config(self) -> dict[str, Any]:
         if not self.dashboard.is_up():
             raise ClusterError(
