@@ -79,6 +79,7 @@ with DAG(
         max_seconds_per_level="{{ params.max_seconds_per_level }}",
         warmup_requests="{{ params.warmup_requests }}",
         cost="{{ params.cost }}",
+        sweep="{{ params.sweep }}",
         slos="{{ params.slos }}",
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",

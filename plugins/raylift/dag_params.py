@@ -121,6 +121,20 @@ def deploy_params() -> dict[str, Param]:
             "and USD per instance-hour overrides, e.g. {\"prices\": {\"local\": 0.5, \"g5.xlarge\": 0.8}} "
             "(a negotiated rate, or a figure for this machine: 'local' is 0 by default)",
         ),
+        "sweep": Param(
+            {},
+            type="object",
+            properties={
+                "start": {"type": "integer", "minimum": 1},
+                "factor": {"type": "integer", "minimum": 2},
+                "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
+                "min_gain": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+            },
+            additionalProperties=False,
+            description="Saturation sweep instead of 'concurrency' ({}: off): from start (1), times factor (2), until "
+            "output tokens/s grows less than min_gain (0.05) or an SLO breaks, at most max_concurrency (64); the "
+            "report marks the knee. E.g. {\"max_concurrency\": 32}",
+        ),
         "warmup_requests": Param(
             0, type="integer", minimum=0, maximum=1000,
             description="Untimed requests sent before the measured ones (e.g. to fill caches and compile paths)",

@@ -90,7 +90,7 @@ def build_record(
             "smoke": parts.get("smoke"),
             "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri"),
                           "judgement": bench.get("judgement"),  # the regression gate's verdict per metric
-                          "cost": bench.get("cost")},
+                          "cost": bench.get("cost"), "sweep": bench.get("sweep")},
             "steps": {name: ("done" if value else "missing") for name, value in parts.items()},
         }
     )

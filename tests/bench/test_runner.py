@@ -86,3 +86,31 @@ def test_warm_up_requests_go_out_untimed_and_each_level_has_llmperfs_summary(stu
     assert result["profile"]["prompt_sizing"] == "words" and level["sized_input_tokens"] is None
     with pytest.raises(RayliftValueError, match="warmup_requests"):
         run_benchmark(url, "stub", warmup_requests=-1)
+
+
+def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: Callable[..., str],
+                                                                          tmp_path: Path) -> None:
+    from raylift.bench.gates import level_breach
+    from raylift.bench.report import write_report
+
+    url = stub(ttft_ms=20, itl_ms=10, max_active=2)  # a server that generates 2 streams at once, the rest wait
+    lines: list[str] = []
+    result = run_benchmark(url, "stub", sweep={"max_concurrency": 32}, requests_per_level=8, progress=lines.append)
+    sweep = result["sweep"]
+    levels = [lv["concurrency"] for lv in result["levels"]]
+    assert levels == sweep["levels"] and levels[:3] == [1, 2, 4] and len(levels) <= 4, levels
+    assert "throughput gain" in sweep["stop_reason"] and sweep["knee_concurrency"] == 2, sweep
+    by = {lv["concurrency"]: lv["output_tokens_per_s"] for lv in result["levels"]}
+    assert by[2] > 1.6 * by[1] and by[4] < 1.05 * by[2]  # the stub's saturation, as measured
+    assert any(line.startswith("sweep stopped:") and "knee at concurrency 2" in line for line in lines)
+    page = write_report(result, tmp_path)["html"].read_text()
+    assert "Knee at concurrency 2" in page
+    # an SLO the next level breaks stops the climb there, and that level is not the best
+    slow = run_benchmark(url, "stub", sweep={"max_concurrency": 32, "min_gain": 0.0}, requests_per_level=8,
+                         slo_breach=level_breach({"max_ttft_p99_ms": 150.0}))
+    assert slow["sweep"]["stop_reason"].startswith("SLO broken at concurrency"), slow["sweep"]
+    assert "ttft_ms.p99" in slow["sweep"]["stop_reason"]
+    broken = slow["levels"][-1]
+    assert broken["ttft_ms"]["p99"] > 150 and slow["sweep"]["best_concurrency"] != broken["concurrency"]
+    with pytest.raises(RayliftValueError, match="unknown keys"):
+        run_benchmark(url, "stub", sweep={"max": 8})

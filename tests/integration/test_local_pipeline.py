@@ -196,6 +196,20 @@ def test_benchmark_prompts_have_the_requested_length_in_the_served_tokenizer(sta
         assert abs(level["sized_input_tokens"] - level["requested_input_tokens"]) <= level["requests"], level
 
 
+def test_a_sweep_on_the_tiny_model_stops_by_itself_and_names_its_knee(stack: LocalStack) -> None:
+    from raylift.bench.runner import run_benchmark
+
+    result = run_benchmark(stack.serve_url, MODEL, sweep={"max_concurrency": 64}, requests_per_level=16,
+                           max_seconds_per_level=60)
+    sweep = result["sweep"]
+    print("sweep:", sweep, {lv["concurrency"]: round(lv["output_tokens_per_s"]) for lv in result["levels"]})
+    # 2 replicas on 2 cores saturate long before 64 streams: the climb ends on its own
+    assert "throughput gain" in sweep["stop_reason"] and max(sweep["levels"]) < 64, sweep
+    by = {lv["concurrency"]: lv["output_tokens_per_s"] for lv in result["levels"]}
+    assert sweep["knee_concurrency"] in by and by[sweep["knee_concurrency"]] * 1.05 >= max(by.values())
+    assert all(lv["errors"] == 0 for lv in result["levels"])
+
+
 # -- 1. the good run's benchmark report, through the extra link -------------------------------------
 @pytest.fixture()
 def plugin_server(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:

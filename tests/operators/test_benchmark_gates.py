@@ -195,3 +195,12 @@ def test_cost_is_evidence_not_a_gate_and_a_bad_cost_param_fails_before_any_reque
     with pytest.raises(RayliftValueError, match="cost"):
         run(url, "manual__bad_cost", cost={"price": {"local": 1}})
     assert rollbacks == [] and state.last_good()["run_id"] == "manual__cost"
+
+
+def test_the_sweep_param_reaches_the_benchmark(stub: Callable[..., str], state: DeploymentState,
+                                               rollbacks: list[str]) -> None:
+    url = stub(ttft_ms=5, itl_ms=2, max_active=1)  # one stream at a time: no gain past concurrency 1
+    out = run(url, "manual__sweep", sweep='{"max_concurrency": 8}')  # a rendered Param is text
+    assert out["sweep"]["knee_concurrency"] == 1 and [lv["concurrency"] for lv in out["levels"]] == [1, 2]
+    with pytest.raises(RayliftValueError, match="sweep"):
+        run(url, "manual__bad_sweep", sweep={"factor": 1})

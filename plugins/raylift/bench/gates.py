@@ -20,7 +20,7 @@ per-request samples. A metric judged "regressed" is a violation; "inconclusive" 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -96,6 +96,18 @@ def _check_slos(result: Mapping[str, Any], slos: Mapping[str, float | None]) -> 
         if overall["error_rate"] > limit:
             violations.append(GateViolation("error_rate", overall["error_rate"], limit, "slo"))
     return violations
+
+
+def level_breach(slos: Mapping[str, float | None]) -> Callable[[Mapping[str, Any]], str | None]:
+    """A saturation sweep's SLO stop rule: the first SLO one level breaks on its own (all requests failed,
+    TTFT p99, error rate), or None. ``min_output_tokens_per_s`` is a floor for the best level, not a breach."""
+    per_level = {k: v for k, v in slos.items() if k != "min_output_tokens_per_s"}
+
+    def breach(level: Mapping[str, Any]) -> str | None:
+        found = _check_slos({"levels": [level], "overall": {"error_rate": level["error_rate"]}}, per_level)
+        return found[0].message if found else None
+
+    return breach
 
 
 def tail_percentile(samples: int) -> str:

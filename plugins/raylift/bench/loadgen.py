@@ -455,32 +455,25 @@ class LoadGenerator:
         ``requests_per_level`` defaults to ``max(16, 4 × concurrency)``. Returns the levels, why the
         sweep stopped, and the concurrency with the highest throughput within the error bound.
         """
-        if start < 1 or factor < 2:
-            raise RayliftValueError(f"sweep needs start >= 1 and factor >= 2, got {start} and {factor}")
+        from raylift.bench.sweep import SweepSpec, stop_reason, verdict
+
+        spec = SweepSpec(start=start, factor=factor, max_concurrency=max_concurrency, min_gain=min_gain)
+
+        def breach(level: Any) -> str | None:
+            rate = level["error_rate"]
+            return f"error rate {rate:.1%} > {max_error_rate:.1%}" if rate > max_error_rate else None
+
         levels: list[dict[str, Any]] = []
-        concurrency = start
-        previous: float | None = None
-        while True:
+        for concurrency in spec.levels():
             count = requests_per_level or max(16, 4 * concurrency)
             specs = generate_requests(profile, count, seed_offset=concurrency)
             outcome = await self.run_concurrency(
                 specs, concurrency, max_seconds=max_seconds_per_level, progress=progress
             )
-            level = {"concurrency": concurrency, **outcome.summary()}
-            levels.append(level)
-            throughput = level["output_tokens_per_s"]
-            if level["error_rate"] > max_error_rate:
-                reason = f"error rate {level['error_rate']:.1%} > {max_error_rate:.1%} at concurrency {concurrency}"
+            levels.append({"concurrency": concurrency, **outcome.summary()})
+            reason = stop_reason(levels, spec, breach)
+            if reason:
                 break
-            if previous is not None and throughput < previous * (1 + min_gain):
-                gain = throughput / previous - 1 if previous else 0.0
-                reason = f"throughput gain {gain:+.1%} < {min_gain:.0%} at concurrency {concurrency}"
-                break
-            if concurrency >= max_concurrency:
-                reason = f"reached max concurrency {max_concurrency}"
-                break
-            previous = throughput
-            concurrency = min(max_concurrency, concurrency * factor)
-        within = [lv for lv in levels if lv["error_rate"] <= max_error_rate] or levels
-        best = max(within, key=lambda lv: lv["output_tokens_per_s"])
-        return {"levels": levels, "stop_reason": reason, "saturation_concurrency": best["concurrency"]}
+        result = verdict(levels, spec, str(reason), breach)
+        return {"levels": levels, "stop_reason": reason, "saturation_concurrency": result["best_concurrency"],
+                "knee_concurrency": result["knee_concurrency"]}

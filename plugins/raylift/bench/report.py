@@ -93,6 +93,11 @@ def plot_throughput(result: Mapping[str, Any], path: Path) -> Path:
     ax.plot(x, [lv["output_tokens_per_s"] for lv in levels], marker="o", color="tab:blue")
     ax.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput vs concurrency")
     ax.grid(alpha=0.3)
+    sweep = result.get("sweep")
+    if sweep:  # the saturation sweep's knee: more concurrency beyond it buys latency, not tokens
+        ax.axvline(sweep["knee_concurrency"], color="tab:red", linestyle="--",
+                   label=f"knee (concurrency {sweep['knee_concurrency']})")
+        ax.legend(loc="lower right")
     right = ax.twinx()
     right.plot(x, [lv["requests_per_s"] for lv in levels], marker="s", color="tab:orange")
     right.set_ylabel("requests/s")
@@ -162,6 +167,17 @@ def cost_html(result: Mapping[str, Any], peers: Sequence[Mapping[str, Any]] = ()
     return "\n".join(out)
 
 
+def sweep_html(result: Mapping[str, Any]) -> str:
+    """The saturation sweep's outcome: why it stopped, the knee and the best level."""
+    sweep = result.get("sweep")
+    if not sweep:
+        return ""
+    return (f"<h2>Saturation sweep</h2>\n<p>levels {html.escape(str(sweep['levels']))}; stopped: "
+            f"{html.escape(str(sweep['stop_reason']))}. <b>Knee at concurrency {sweep['knee_concurrency']}</b> "
+            f"(the lowest that reached the best throughput within {sweep['spec']['min_gain']:.0%}); best level "
+            f"{sweep['best_concurrency']}, {sweep['best_output_tokens_per_s']:.1f} output tok/s.</p>")
+
+
 def report_title(result: Mapping[str, Any]) -> str:
     """The page title: app, model and target, so a tab or a saved file says what was measured."""
     return (f"raylift benchmark: app {result.get('app', '-')}, model {result.get('model', '-')}, "
@@ -191,6 +207,7 @@ def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *,
 started {html.escape(str(result.get("started_at", "")))}</p>
 <p>profile <code>{profile}</code></p>
 <pre>{html.escape(format_table(result))}</pre>
+{sweep_html(result)}
 {judgement}
 {cost_html(result, peers)}
 {figures}

@@ -13,6 +13,8 @@ from raylift.bench.loadgen import LoadGenerator
 from raylift.bench.metrics import RequestRecord, samples, summarize
 from raylift.bench.profiles import generate_requests, get_profile
 from raylift.bench.prompt_sizing import TOKENIZER, WORDS, endpoint_tokenizer, size_prompts
+from raylift.bench.sweep import Breach, SweepSpec, stop_reason
+from raylift.bench.sweep import verdict as sweep_verdict
 from raylift.config import BENCHMARK_ROUND_WAVES, BENCHMARK_ROUNDS
 from raylift.errors import RayliftValueError
 
@@ -50,9 +52,12 @@ async def arun_benchmark(
     max_rounds: int = BENCHMARK_ROUNDS,
     size_prompts_by_tokenizer: bool = True,
     warmup_requests: int = 0,
+    sweep: Mapping[str, Any] | None = None,
+    slo_breach: Breach | None = None,
 ) -> dict[str, Any]:
     """:func:`run_benchmark` for callers already inside an event loop (triggers)."""
-    levels_wanted = list(concurrency or [1, 4])
+    sweep_spec = SweepSpec.from_param(sweep)
+    levels_wanted = sweep_spec.levels() if sweep_spec else list(concurrency or [1, 4])
     if not levels_wanted or any(not isinstance(c, int) or c < 1 for c in levels_wanted):
         raise RayliftValueError(f"concurrency must be a list of positive integers, got {concurrency!r}")
     if warmup_requests < 0:
@@ -78,25 +83,50 @@ async def arun_benchmark(
         # Prompts in the served tokenizer's tokens when the endpoint can say (before any timing)
         tokenizer = await endpoint_tokenizer(gen.post_json, model) if size_prompts_by_tokenizer else None
         sizing = TOKENIZER if tokenizer is not None else WORDS
-        # Each level's requests (the same seeded set as one block would send) in rounds, the levels taking
-        # turns round by round, so every level is sampled across the whole benchmark's time.
-        plan = {c: _split(await size_prompts(tokenizer, generate_requests(spec, requests_per_level, seed_offset=c)),
-                          rounds_for(requests_per_level, c, max_rounds=max_rounds)) for c in levels_wanted}
+
+        async def planned(c: int) -> list[list[Any]]:
+            specs = await size_prompts(tokenizer, generate_requests(spec, requests_per_level, seed_offset=c))
+            return _split(specs, rounds_for(requests_per_level, c, max_rounds=max_rounds))
+
+        async def run_round(c: int, r: int, rounds: list[list[Any]]) -> None:
+            tell = None if progress is None else (
+                lambda line: progress(f"round {r + 1}/{len(rounds)}, {line}"))
+            outcome = await gen.run_concurrency(rounds[r], c, max_seconds=deadline[c], progress=tell)
+            deadline[c] -= outcome.duration_s
+            per_level[c].append(outcome)
+
         if warmup_requests:  # untimed, other prompts than the measured ones (seed offset 0: no level has it)
             warmup = await size_prompts(tokenizer, generate_requests(spec, warmup_requests, seed_offset=0))
             outcome = await gen.run_concurrency(warmup, min(warmup_requests, max(levels_wanted)),
                                                 max_seconds=max_seconds_per_level)
             if progress is not None:
                 progress(f"warm-up: {len(outcome.records)} requests in {outcome.duration_s:.1f}s, not measured")
-        for r in range(max(len(p) for p in plan.values())):
+        swept: dict[str, Any] | None = None
+        if sweep_spec:  # one level after another, each decided by the ones before (raylift.bench.sweep)
+            summaries: list[dict[str, Any]] = []
             for c in levels_wanted:
-                if r >= len(plan[c]) or deadline[c] <= 0:
-                    continue
-                tell = None if progress is None else (
-                    lambda line, r=r, c=c: progress(f"round {r + 1}/{len(plan[c])}, {line}"))
-                outcome = await gen.run_concurrency(plan[c][r], c, max_seconds=deadline[c], progress=tell)
-                deadline[c] -= outcome.duration_s
-                per_level[c].append(outcome)
+                rounds = await planned(c)
+                for r in range(len(rounds)):
+                    if deadline[c] > 0:
+                        await run_round(c, r, rounds)
+                records = [rec for o in per_level[c] for rec in o.records]
+                summaries.append({"concurrency": c, **summarize(records, sum(o.duration_s for o in per_level[c]))})
+                reason = stop_reason(summaries, sweep_spec, slo_breach)
+                if reason:
+                    break
+            levels_wanted = [lv["concurrency"] for lv in summaries]
+            swept = sweep_verdict(summaries, sweep_spec, str(reason), slo_breach)
+            if progress is not None:
+                progress(f"sweep stopped: {reason}; knee at concurrency {swept['knee_concurrency']}, best "
+                         f"{swept['best_concurrency']} ({swept['best_output_tokens_per_s']:.1f} tok/s)")
+        else:
+            # Each level's requests (the same seeded set as one block would send) in rounds, the levels taking
+            # turns round by round, so every level is sampled across the whole benchmark's time.
+            plan = {c: await planned(c) for c in levels_wanted}
+            for r in range(max(len(p) for p in plan.values())):
+                for c in levels_wanted:
+                    if r < len(plan[c]) and deadline[c] > 0:
+                        await run_round(c, r, plan[c])
     for c in levels_wanted:
         outcomes = per_level[c]
         records = [rec for o in outcomes for rec in o.records]
@@ -122,6 +152,7 @@ async def arun_benchmark(
         "max_seconds_per_level": max_seconds_per_level,
         "warmup_requests": warmup_requests,
         "levels": levels,
+        **({"sweep": swept} if swept else {}),
         "overall": summarize(all_records, total_duration, cancelled=total_cancelled),
     }
 
@@ -141,6 +172,8 @@ def run_benchmark(
     max_rounds: int = BENCHMARK_ROUNDS,
     size_prompts_by_tokenizer: bool = True,
     warmup_requests: int = 0,
+    sweep: Mapping[str, Any] | None = None,
+    slo_breach: Breach | None = None,
 ) -> dict[str, Any]:
     """Benchmark an OpenAI-compatible endpoint at each concurrency level; a JSON-able result.
 
@@ -148,7 +181,9 @@ def run_benchmark(
     (:func:`rounds_for`; the levels take turns) and stops early after ``max_seconds_per_level`` in all. ``concurrency`` defaults to ``[1, 4]``. ``overall`` pools
     every request; its throughput is all output tokens over the summed level durations. Prompts are sized
     in the served tokenizer's tokens when the endpoint has ``/tokenize`` (``profile.prompt_sizing`` says
-    whether they were; :mod:`raylift.bench.prompt_sizing`).
+    whether they were; :mod:`raylift.bench.prompt_sizing`). With ``sweep`` (:class:`raylift.bench.sweep.SweepSpec`'s
+    fields) the levels are a saturation sweep instead of ``concurrency``: one after another until throughput
+    stops growing or ``slo_breach`` names a broken SLO; ``result["sweep"]`` names the knee and the best level.
 
     :raises EndpointNotAllowedError: ``base_url`` is not loopback and ``allow_remote`` is False.
     """
@@ -158,6 +193,7 @@ def run_benchmark(
             requests_per_level=requests_per_level, max_seconds_per_level=max_seconds_per_level,
             api=api, stream=stream, allow_remote=allow_remote, progress=progress, max_rounds=max_rounds,
             size_prompts_by_tokenizer=size_prompts_by_tokenizer, warmup_requests=warmup_requests,
+            sweep=sweep, slo_breach=slo_breach,
         )
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
@@ -46,7 +47,7 @@ class BenchmarkOperator(TargetOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "served_name", "app_name", "profile", "concurrency", "requests_per_level", "slos", "deployed",
-        "max_seconds_per_level", "warmup_requests", "cost",
+        "max_seconds_per_level", "warmup_requests", "cost", "sweep",
         "max_regression", "regression_confidence", "regression_strict", "regression_baseline",
     )
 
@@ -62,6 +63,7 @@ class BenchmarkOperator(TargetOperator):
         max_seconds_per_level: float | str = DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S,
         warmup_requests: int | str = 0,
         cost: dict[str, Any] | str | None = None,
+        sweep: dict[str, Any] | str | None = None,
         slos: dict[str, Any] | None = None,
         max_regression: float | str | None = None,
         regression_confidence: float | str | None = None,
@@ -76,6 +78,7 @@ class BenchmarkOperator(TargetOperator):
         self.requests_per_level, self.max_seconds_per_level = requests_per_level, max_seconds_per_level
         self.warmup_requests = warmup_requests
         self.cost = cost or {}
+        self.sweep = sweep or {}
         self.slos = slos or {}
         self.max_regression = max_regression
         self.regression_confidence, self.regression_strict = regression_confidence, regression_strict
@@ -116,7 +119,11 @@ class BenchmarkOperator(TargetOperator):
         from raylift.rollback import restore_app
         from raylift.serve_config import APP_KINDS
 
-        _cost_options(self.cost)  # a malformed cost Param fails here, before any request is sent
+        from raylift.bench.gates import level_breach
+        from raylift.bench.sweep import SweepSpec
+
+        _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request is sent
+        sweep = SweepSpec.from_param(_json_param(self.sweep, "sweep"))
         baseline_choice = self.regression_baseline or "last_good"
         if baseline_choice not in REGRESSION_BASELINES:
             raise RayliftValueError(
@@ -140,6 +147,8 @@ class BenchmarkOperator(TargetOperator):
                 requests_per_level=int(self.requests_per_level),
                 max_seconds_per_level=_number(self.max_seconds_per_level, DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S),
                 warmup_requests=int(_number(self.warmup_requests, 0)),
+                sweep=asdict(sweep) if sweep else None,
+                slo_breach=level_breach(merged_slos(self.slos if isinstance(self.slos, dict) else {})),
                 allow_remote=self.target != "local",
                 progress=lambda line: self.log.info("%s: %s (%s)", label, line, watch))
             self.log.info("%s results (%s):\n%s", label, watch, format_table(out))
@@ -234,7 +243,7 @@ class BenchmarkOperator(TargetOperator):
         if config and not unchanged:
             state.record_good(run_id, config, benchmark=result)
         return {"overall": result.get("overall", {}), "levels": _without_samples(result.get("levels", [])),
-                "judgement": result["judgement"], "cost": result["cost"],
+                "judgement": result["judgement"], "cost": result["cost"], "sweep": result.get("sweep"),
                 "results_uri": state.store.child_uri(f"{run_key(run_id)}/benchmark.json")}
 
 
@@ -245,12 +254,25 @@ def _target_region(target: Any) -> str | None:
     return getattr(getattr(target, "aws", None), "region_name", None)
 
 
-def _cost_options(raw: Any) -> dict[str, Any]:
-    """The cost Param: a dict, or its JSON text when templates render to strings."""
+def _json_param(raw: Any, name: str) -> dict[str, Any]:
+    """An object Param: a dict, or its JSON text when templates render to strings."""
     import json
 
     if isinstance(raw, str):
-        raw = json.loads(raw) if raw.strip() else {}
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise RayliftValueError(f"{name} {raw!r} is not a JSON object: {exc}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RayliftValueError(f"{name} must be an object, got {raw!r}")
+    return raw
+
+
+def _cost_options(raw: Any) -> dict[str, Any]:
+    """The cost Param, checked."""
+    raw = _json_param(raw, "cost")
     if not isinstance(raw, dict) or set(raw) - {"region", "prices"}:
         raise RayliftValueError(f"cost {raw!r}: give an object with 'region' and/or 'prices' "
                                 "(instance type -> USD per hour), e.g. {\"prices\": {\"local\": 0.5}}")
