@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import boto3
 import pytest
 
 from raylift.aws.content import image_content_digest, image_tag
-from raylift.errors import ClusterNotReadyError, RayliftValueError
+from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.targets import get_target
 from raylift.targets.base import Artifact
 from raylift.targets.ecs import EcsTarget
@@ -248,3 +250,76 @@ def test_deploy_trigger_counts_from_the_submission_not_from_its_own_creation(
     time.sleep(1.5)  # a busy worker: more than the trigger's 1 s tolerance between PUT and trigger
     _, kwargs = t.deploy_trigger(app_names=["llm"], timeout_s=60).serialize()
     assert before <= kwargs["submitted_at"] <= before + 1
+
+
+def container_instances(instance_types: list[str], cluster: str = "ray") -> list[str]:
+    """EC2 instances of ``instance_types`` launched in moto and registered with ``cluster`` as the ECS
+    agent registers them (its identity document); their container instance ARNs, in order."""
+    ec2, ecs = boto3.client("ec2"), boto3.client("ecs")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    arns = []
+    for instance_type in instance_types:
+        instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType=instance_type)["Instances"][0]
+        document = {"instanceId": instance["InstanceId"], "instanceType": instance_type, "region": "us-west-2"}
+        registered = ecs.register_container_instance(cluster=cluster, instanceIdentityDocument=json.dumps(document))
+        arns.append(registered["containerInstance"]["containerInstanceArn"])
+    return arns
+
+
+def service_tasks(service: str, on: list[str]) -> None:
+    """One task of ``service`` on each container instance in ``on`` (an ARN twice: two tasks there). moto's
+    services start no tasks, so they are placed by hand, in the group ECS gives a service's tasks."""
+    for arn in on:
+        boto3.client("ecs").start_task(
+            cluster="ray", taskDefinition="ray", containerInstances=[arn], group=f"service:{service}", startedBy="ecs-svc/1"
+        )
+
+
+def test_billed_nodes_are_the_distinct_instances_running_the_services(
+    infra: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = target()
+    assert t.billed_nodes() == {}  # no task runs: nothing to bill for this cluster
+    launched = {"head": "m5.xlarge", "worker-a": "g5.12xlarge", "worker-b": "g5.12xlarge", "idle": "c7i.8xlarge"}
+    arn = dict(zip(launched, container_instances(list(launched.values()))))
+    service_tasks("ray-head", [arn["head"]])
+    service_tasks("ray-worker", [arn["worker-a"], arn["worker-a"], arn["worker-b"]])  # two workers share one instance
+    boto3.client("ecs").run_task(  # a worker on Fargate: no container instance, no instance type to price
+        cluster="ray", taskDefinition="ray", launchType="FARGATE", group="service:ray-worker", count=1
+    )
+    # moto's ListTasks ignores serviceName (it returns every task of the cluster), so what the hook asks for is
+    # checked on the request itself: the two services, by name.
+    asked: list[str | None] = []
+    t._ecs().conn.meta.events.register(
+        "provide-client-params.ecs.ListTasks", lambda params, **_: asked.append(params.get("serviceName"))
+    )
+    # on the module's logger itself: Airflow's logging setup (when a hook first connects) replaces the root
+    # handlers that caplog relies on
+    logging.getLogger("raylift.targets.ecs").addHandler(caplog.handler)
+    try:
+        billed = t.billed_nodes()
+    finally:
+        logging.getLogger("raylift.targets.ecs").removeHandler(caplog.handler)
+    assert billed == dict(Counter(launched[name] for name in ("head", "worker-a", "worker-b")))  # not "idle"
+    assert asked == ["ray-head", "ray-worker"]
+    assert "1 task(s) of ECS services ray-head and ray-worker in 'ray' run on Fargate" in caplog.text
+
+
+def test_instance_type_comes_from_ec2_when_the_attribute_is_absent(infra: None) -> None:
+    head, worker = container_instances(["m5.xlarge", "g5.xlarge"])
+    ecs = boto3.client("ecs")
+    # The ECS agent sets ecs.instance-type on EC2 container instances; moto derives it from the EC2 instance and
+    # lets a test delete it, which leaves DescribeInstances as the only source of the worker's type.
+    ecs.delete_attributes(
+        cluster="ray", attributes=[{"name": "ecs.instance-type", "value": "g5.xlarge", "targetId": worker}]
+    )
+    described = ecs.describe_container_instances(cluster="ray", containerInstances=[worker])["containerInstances"]
+    assert "ecs.instance-type" not in {a["name"] for a in described[0]["attributes"]}
+    service_tasks("ray-head", [head])
+    service_tasks("ray-worker", [worker])
+    assert target().billed_nodes() == {"m5.xlarge": 1, "g5.xlarge": 1}
+
+
+def test_billed_nodes_of_a_missing_cluster_is_a_cluster_error(infra: None) -> None:
+    with pytest.raises(ClusterError, match="ECS cluster 'nowhere' or its service.*check the target options"):
+        target(cluster="nowhere").billed_nodes()

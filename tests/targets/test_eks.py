@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import boto3
@@ -164,3 +165,33 @@ def test_the_stacks_option_names_pick_the_profiles_node_group(infra: None, kube_
         get_target("eks", **(options | {"nodegroups": {"gpu": "gpu"}, "profile": "graviton"}))
     with pytest.raises(RayliftValueError, match="needs 'cluster_name'"):
         EksTarget(worker_nodegroup="g", bucket="b")
+
+
+def test_billed_nodes_are_each_node_groups_desired_size_under_its_instance_type(infra: None) -> None:
+    groups = {
+        "gpu": {"instanceTypes": ["g5.12xlarge"], "min": 0, "max": 4, "desired": 2},
+        "head": {"instanceTypes": ["m5.xlarge"], "min": 0, "max": 1, "desired": 1},
+    }
+    eks_nodegroups("ray", groups)
+    t = target(head_nodegroup="head")
+    assert t.billed_nodes() == {g["instanceTypes"][0]: g["desired"] for g in groups.values()}
+    assert target().billed_nodes() == {"g5.12xlarge": groups["gpu"]["desired"]}  # no head group: workers only
+    t.scale(workers=0)
+    assert (scaling_of("gpu")["desiredSize"], scaling_of("head")["desiredSize"]) == (0, 1)
+    assert t.billed_nodes() == {"m5.xlarge": 1}  # an empty node group bills nothing
+
+
+def test_a_node_group_of_several_instance_types_is_priced_as_its_first(
+    infra: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """For On-Demand capacity EKS launches a group's instance types in the order given; the cost says it guessed."""
+    eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g6.xlarge", "g5.xlarge"], "min": 0, "max": 4, "desired": 3}})
+    # on the module's logger itself: Airflow's logging setup (when a hook first connects) replaces the root
+    # handlers that caplog relies on
+    logging.getLogger("raylift.targets.eks").addHandler(caplog.handler)
+    try:
+        billed = target().billed_nodes()
+    finally:
+        logging.getLogger("raylift.targets.eks").removeHandler(caplog.handler)
+    assert billed == {"g6.xlarge": 3}
+    assert "lists instance types ['g6.xlarge', 'g5.xlarge']: its 3 node(s) are priced as g6.xlarge" in caplog.text

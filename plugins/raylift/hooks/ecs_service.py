@@ -1,4 +1,4 @@
-"""ECS services as Ray head and workers: resize them, and read how many tasks run.
+"""ECS services as Ray head and workers: resize them, read how many tasks run, and on which instances.
 
 A service with an Application Auto Scaling target is resized through its min/max capacity (setting
 ``desiredCount`` behind the autoscaler's back would be undone); others through ``desiredCount``.
@@ -6,7 +6,9 @@ A service with an Application Auto Scaling target is resized through its min/max
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ from airflow.providers.amazon.aws.hooks.ecs import EcsHook
 from raylift.errors import ClusterError
 
 WAITERS = Path(__file__).resolve().parents[1] / "waiters" / "ecs_service.json"
+INSTANCE_TYPE_ATTRIBUTE = "ecs.instance-type"  # set by the ECS agent on every EC2 container instance
+DESCRIBE_BATCH = 100  # DescribeTasks / DescribeContainerInstances take at most 100 ARNs per call
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,27 @@ class ServiceCounts:
         return self.running >= want and self.pending == 0 and (want > 0 or self.running == 0)
 
 
+@dataclass(frozen=True)
+class ServiceInstances:
+    """Where some services' tasks run: distinct EC2 instances by type, and the tasks that run on none."""
+
+    instance_types: dict[str, int] = field(default_factory=dict)  # instance type -> distinct instances
+    fargate_tasks: int = 0  # tasks without a container instance (Fargate): no EC2 instance behind them
+
+
 def resource_id(cluster: str, service: str) -> str:
     return f"service/{cluster}/{service}"
+
+
+def _batches(items: list[str], size: int = DESCRIBE_BATCH) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _failures(reply: dict[str, Any]) -> str:
+    """A Describe* reply's failures as ``id (reason), ...``."""
+    failures = reply.get("failures") or []
+    return ", ".join(f"{f.get('arn', '?').split('/')[-1]} ({f.get('reason')})" for f in failures)
 
 
 class EcsServiceHook(EcsHook):
@@ -88,6 +111,79 @@ class EcsServiceHook(EcsHook):
         self.conn.update_service(cluster=cluster, service=service, desiredCount=count)
         self.log.info("ECS service %s/%s: desiredCount %d", cluster, service, count)
         return "desired_count"
+
+    def service_instances(self, cluster: str, services: list[str]) -> ServiceInstances:
+        """The EC2 instances that run ``services``' tasks (desired RUNNING), counted once each by instance
+        type: several tasks on one instance are one billed node. The type is the container instance's
+        ``ecs.instance-type`` attribute, or EC2's DescribeInstances where the attribute is absent."""
+        from botocore.exceptions import ClientError
+
+        task_arns: dict[str, None] = {}  # ordered set: a task belongs to one service, listed once
+        try:
+            for service in services:
+                pages = self.conn.get_paginator("list_tasks").paginate(
+                    cluster=cluster, serviceName=service, desiredStatus="RUNNING"
+                )
+                task_arns.update(dict.fromkeys(arn for page in pages for arn in page["taskArns"]))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("ClusterNotFoundException", "ServiceNotFoundException"):
+                raise ClusterError(
+                    f"ECS cluster {cluster!r} or its service(s) {services} not found "
+                    f"({exc.response['Error'].get('Message', '')}): check the target options."
+                ) from None
+            raise
+
+        hosts: dict[str, None] = {}
+        fargate = 0
+        for batch in _batches(list(task_arns)):
+            reply = self.conn.describe_tasks(cluster=cluster, tasks=batch)
+            if reply.get("failures"):
+                raise ClusterError(
+                    f"ECS cluster {cluster!r} could not describe task(s) {_failures(reply)}; try again."
+                )
+            for task in reply["tasks"]:
+                if task.get("containerInstanceArn"):
+                    hosts[task["containerInstanceArn"]] = None
+                else:
+                    fargate += 1
+
+        types: dict[str, str] = {}  # container instance ARN -> instance type
+        untyped: dict[str, str] = {}  # EC2 instance id -> container instance ARN, for DescribeInstances
+        for batch in _batches(list(hosts)):
+            reply = self.conn.describe_container_instances(cluster=cluster, containerInstances=batch)
+            if reply.get("failures"):
+                raise ClusterError(
+                    f"ECS cluster {cluster!r} could not describe container instance(s) {_failures(reply)}; "
+                    "try again."
+                )
+            for instance in reply["containerInstances"]:
+                arn = instance["containerInstanceArn"]
+                attributes = {a["name"]: a.get("value") for a in instance.get("attributes") or []}
+                if attributes.get(INSTANCE_TYPE_ATTRIBUTE):
+                    types[arn] = attributes[INSTANCE_TYPE_ATTRIBUTE]
+                elif instance.get("ec2InstanceId"):
+                    untyped[instance["ec2InstanceId"]] = arn
+                else:
+                    raise ClusterError(
+                        f"ECS container instance {arn} has neither an {INSTANCE_TYPE_ATTRIBUTE!r} attribute "
+                        "nor an EC2 instance id (an external instance?): its instance type is unknown."
+                    )
+        if untyped:
+            ec2 = AwsBaseHook(
+                aws_conn_id=self.aws_conn_id, region_name=self.region_name, client_type="ec2"
+            ).conn
+            for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=list(untyped)):
+                for reservation in page["Reservations"]:
+                    for ec2_instance in reservation["Instances"]:
+                        if ec2_instance["InstanceId"] in untyped:
+                            types[untyped[ec2_instance["InstanceId"]]] = ec2_instance["InstanceType"]
+            unknown = sorted(i for i, arn in untyped.items() if arn not in types)
+            if unknown:
+                raise ClusterError(
+                    f"EC2 does not describe instance(s) {unknown} of ECS cluster {cluster!r}: "
+                    "their instance type is unknown."
+                )
+        return ServiceInstances(dict(Counter(types.values())), fargate)
 
     def wait_for_services(
         self, cluster: str, services: list[str], *, delay_s: int = 15, max_attempts: int = 40

@@ -139,6 +139,11 @@ class Target(ABC):
             raise ClusterNotReadyError(f"The Ray cluster is missing {', '.join(gaps)}.")
         return state
 
+    def billed_nodes(self) -> dict[str, int]:
+        """Instance type -> count of the nodes this target's Ray cluster runs now (what is billed per hour).
+        Empty when the target cannot tell; the benchmark then reports no cost rather than a wrong one."""
+        return {}
+
     # -- serve ---------------------------------------------------------------------------------
     @abstractmethod
     def current_serve_config(self) -> dict[str, Any]:

@@ -165,6 +165,19 @@ class EcsTarget(AwsTarget):
             )
         return state
 
+    def billed_nodes(self) -> dict[str, int]:
+        """The EC2 instances running the head and worker services' tasks, by instance type: several tasks
+        on one instance are one node. Fargate tasks have no instance type to price from the table; they
+        are left out (with a warning), so the cost is then low by their price."""
+        found = self._ecs().service_instances(self.cluster, [self.head_service, self.worker_service])
+        if found.fargate_tasks:
+            log.warning(
+                "%d task(s) of ECS services %s and %s in %r run on Fargate: left out of the billed nodes "
+                "(the price table has EC2 instance types only), so the reported cost leaves them out.",
+                found.fargate_tasks, self.head_service, self.worker_service, self.cluster,
+            )
+        return found.instance_types
+
     # -- serve -------------------------------------------------------------------------------------
     def current_serve_config(self) -> dict[str, Any]:
         dashboard = self._dashboard()

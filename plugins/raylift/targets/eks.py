@@ -213,6 +213,33 @@ class EksTarget(AwsTarget):
         resources = ray_resources(accel, ready_workers * self.per_node()) if accel else {}
         return ClusterState(nodes=nodes, resources=resources)
 
+    def billed_nodes(self) -> dict[str, int]:
+        """The worker node group's desired size under its instance type, plus the head node group's (if
+        any); groups at 0 are left out. A group listing several instance types is counted under the
+        first: for On-Demand capacity EKS launches them in that order of priority, so the price is
+        approximate when EKS fell back to another type (or, for Spot, picked among them); a warning
+        says so."""
+        eks = self._eks()
+        nodes: dict[str, int] = {}
+        for group in [self.worker_nodegroup] + ([self.head_nodegroup] if self.head_nodegroup else []):
+            scaling = eks.scaling(self.cluster_name, group)
+            if scaling.desired_size <= 0:
+                continue
+            if not scaling.instance_types:
+                raise ClusterError(
+                    f"Node group {group!r} names no instance type (its launch template sets it): the price "
+                    f"of its {scaling.desired_size} node(s) is unknown."
+                )
+            first = scaling.instance_types[0]
+            if len(scaling.instance_types) > 1:
+                log.warning(
+                    "Node group %s lists instance types %s: its %d node(s) are priced as %s, the first "
+                    "(EKS's On-Demand priority); the cost is approximate.",
+                    group, list(scaling.instance_types), scaling.desired_size, first,
+                )
+            nodes[first] = nodes.get(first, 0) + scaling.desired_size
+        return nodes
+
     # -- serve -------------------------------------------------------------------------------------
     def current_serve_config(self) -> dict[str, Any]:
         import yaml
