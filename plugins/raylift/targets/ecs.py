@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from raylift.aws.target_common import AwsTarget, one_of, split_options
-from raylift.errors import ClusterNotReadyError, RayliftValueError
+from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.targets.base import Artifact, ClusterExpectation, ClusterState
 
 log = logging.getLogger(__name__)
@@ -167,14 +167,14 @@ class EcsTarget(AwsTarget):
 
     def billed_nodes(self) -> dict[str, int]:
         """The EC2 instances running the head and worker services' tasks, by instance type: several tasks
-        on one instance are one node. Fargate tasks have no instance type to price from the table; they
-        are left out (with a warning), so the cost is then low by their price."""
+        on one instance are one node. Fargate tasks have no instance type to price from the table, and a
+        cost without them would be too low, so any makes the cost unknown (ClusterError naming them)."""
         found = self._ecs().service_instances(self.cluster, [self.head_service, self.worker_service])
         if found.fargate_tasks:
-            log.warning(
-                "%d task(s) of ECS services %s and %s in %r run on Fargate: left out of the billed nodes "
-                "(the price table has EC2 instance types only), so the reported cost leaves them out.",
-                found.fargate_tasks, self.head_service, self.worker_service, self.cluster,
+            raise ClusterError(
+                f"{found.fargate_tasks} task(s) of ECS services {self.head_service} and {self.worker_service} in "
+                f"{self.cluster!r} run on Fargate, which the price table (EC2 instance types) cannot price: the "
+                "run's cost is unknown rather than too low."
             )
         return found.instance_types
 
