@@ -323,10 +323,11 @@ def heavier_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(2 * RECOVERY_TIMEOUT_S + 900)
 def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStack, heavier_model: Path) -> None:
     wait_recovered(stack, set())
-    # 1 request/s, not the suite's 2: at 2/s a slower version's busy engines starved each replica start of its
-    # rollout and rollback (236 s to RUNNING; this test alone took 702 s of a 30 min 43 s suite)
-    with BackgroundLoad(stack.serve_url, MODEL, rate=1.0, max_requests=3000, max_seconds=1500) as load:
-        load.wait_for(10)
+    # 0.5 request/s, not the suite's 2: at 2/s a slower version's busy engines starved each replica start of its
+    # rollout and rollback (236 s to RUNNING; this test alone took 702 s of a 30 min 43 s suite), and at 1/s
+    # with the heavier model the test took 723 s of a 33 min suite
+    with BackgroundLoad(stack.serve_url, MODEL, rate=0.5, max_requests=3000, max_seconds=1500) as load:
+        load.wait_for(5)
         # The same config twice (byte-identical Serve config: no replica restarts), 64 requests per level,
         # both under this load. The first starts a new baseline (regression_baseline none): the module's
         # first deploy was measured without the load, and a gate comparing runs under different loads
@@ -358,8 +359,11 @@ def test_gate_failure_rolls_back_while_the_load_sees_no_failure(stack: LocalStac
         # its confirmation waits 15 s, not the default minute (the slowdown holds; the suite's time does not)
         stack.env["RAYLIFT_REGRESSION_CONFIRM_PAUSE_S"] = "15"
         try:
+            # eager (no torch.compile): slower still per token, and its replicas skip compiling a new model's
+            # graphs (a cold compile under the suite's load made this rollout minutes longer)
             result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
-                                                            model_source=str(heavier_model)))
+                                                            model_source=str(heavier_model),
+                                                            engine_args={"enforce_eager": True}))
         finally:
             del stack.env["RAYLIFT_REGRESSION_CONFIRM_PAUSE_S"]
         (stack.home / "gate-rollback.log").write_text(result.stdout + result.stderr)
