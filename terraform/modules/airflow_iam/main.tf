@@ -8,6 +8,8 @@ locals {
   # Known at plan time (booleans), unlike the ARNs, so they can drive the dynamic statements.
   has_ecs = var.ecs_enabled
   has_eks = var.eks_enabled
+  # arn:aws:ecs:<region>:<account>:service/<cluster>/<service> -> arn:aws:ecs:<region>:<account>:cluster/<cluster>
+  ecs_cluster_arns = distinct([for arn in var.ecs_service_arns : replace(arn, "/:service\\/([^\\/]+)\\/[^\\/]+$/", ":cluster/$1")])
 }
 
 data "aws_iam_policy_document" "airflow" {
@@ -64,6 +66,31 @@ data "aws_iam_policy_document" "airflow" {
       sid       = "ScaleRayServices"
       actions   = ["ecs:UpdateService", "ecs:DescribeServices"]
       resources = var.ecs_service_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "PriceRayServiceInstances"
+      # The benchmark's cost: which container instances run the Ray services' tasks (read-only), in the
+      # services' own clusters.
+      actions   = ["ecs:ListTasks", "ecs:DescribeTasks", "ecs:DescribeContainerInstances"]
+      resources = ["*"]
+      condition {
+        test     = "ArnEquals"
+        variable = "ecs:cluster"
+        values   = local.ecs_cluster_arns
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "InstanceTypesOfRayServices"
+      actions   = ["ec2:DescribeInstances"] # describe call: no resource-level permissions exist
+      resources = ["*"]
     }
   }
 
