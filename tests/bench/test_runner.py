@@ -93,18 +93,24 @@ def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: 
     from raylift.bench.gates import level_breach
     from raylift.bench.report import write_report
 
-    url = stub(ttft_ms=20, itl_ms=10, max_active=2)  # a server that generates 2 streams at once, the rest wait
+    # a server that generates 2 streams at once, the rest wait; delays long against a busy machine's stalls
+    url = stub(ttft_ms=50, itl_ms=20, max_active=2)
     lines: list[str] = []
     result = run_benchmark(url, "stub", sweep={"max_concurrency": 32}, requests_per_level=8, progress=lines.append)
     sweep = result["sweep"]
     levels = [lv["concurrency"] for lv in result["levels"]]
-    assert levels == sweep["levels"] and levels[:3] == [1, 2, 4] and len(levels) <= 4, levels
-    assert "throughput gain" in sweep["stop_reason"] and sweep["knee_concurrency"] == 2, sweep
     by = {lv["concurrency"]: lv["output_tokens_per_s"] for lv in result["levels"]}
-    assert by[2] > 1.6 * by[1] and by[4] < 1.05 * by[2]  # the stub's saturation, as measured
-    assert any(line.startswith("sweep stopped:") and "knee at concurrency 2" in line for line in lines)
+    assert levels == sweep["levels"] and levels[:3] == [1, 2, 4] and len(levels) <= 4, (levels, by)
+    assert by[2] > 1.6 * by[1]  # the stub's 2 streams, as measured
+    # it stops on its own past the saturation; the knee is at it, or one doubling later when a busy moment of
+    # the machine (the suite's heavy part beside it) made the level at 2 read low (seen: 4, +4.9 % at 8)
+    knee = sweep["knee_concurrency"]
+    assert "throughput gain" in sweep["stop_reason"] and knee in (2, 4), (sweep, by)
+    top = max(by.values())  # the knee by its definition, from the measured levels: the lowest within 5 % of the top
+    assert by[knee] * 1.05 >= top and all(by[c] * 1.05 < top for c in levels if c < knee), (knee, by)
+    assert any(line.startswith("sweep stopped:") and f"knee at concurrency {knee}" in line for line in lines)
     page = write_report(result, tmp_path)["html"].read_text()
-    assert "Knee at concurrency 2" in page
+    assert f"Knee at concurrency {knee}" in page
     # an SLO the next level breaks stops the climb there, and that level is not the best
     slow = run_benchmark(url, "stub", sweep={"max_concurrency": 32, "min_gain": 0.0}, requests_per_level=8,
                          slo_breach=level_breach({"max_ttft_p99_ms": 150.0}))
