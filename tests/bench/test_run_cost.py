@@ -4,8 +4,6 @@ chromium, the screenshot kept as var/test-artifacts/report-cost.png) and beside 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from raylift.bench.cost import format_cost, run_cost
 from raylift.bench.report import cost_html, write_report
 from raylift.errors import BenchmarkError
 from tests.bench.test_cost_gates_report import _level, _result
-from tests.entrypoints.test_ui_trigger import CHROMIUM_FLAGS, _browser_binaries
+from tests.fixtures.browser import headless_chromium
 from tests.fixtures.local_stack import ROOT
 
 PRICES = json.loads((ROOT / "plugins/raylift/data/prices.json").read_text())["regions"]  # the table itself
@@ -60,18 +58,9 @@ def test_the_report_shows_the_cost_and_sets_other_runs_beside_it(tmp_path: Path)
     assert f"{theirs / mine - 1:+.0%}" in page  # the x86 run against this one
     assert "unknown: BenchmarkError" in cost_html({"cost": {"error": "BenchmarkError: no price"}})
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    chromium, driver_path = _browser_binaries()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    profile = tempfile.mkdtemp(prefix="raylift-chromium-")
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    try:
+    with headless_chromium() as driver:
         driver.get(files["html"].as_uri())
         text = driver.find_element(By.TAG_NAME, "body").text  # what a person sees, as the browser laid it out
         assert "USD per hour" in text and "USD per 10⁶ output tokens" in text
@@ -79,7 +68,4 @@ def test_the_report_shows_the_cost_and_sets_other_runs_beside_it(tmp_path: Path)
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         driver.set_window_size(1200, 1600)
         driver.save_screenshot(str(SCREENSHOT))
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
     assert SCREENSHOT.stat().st_size > 10_000

@@ -9,8 +9,6 @@ last view is kept as a screenshot (``RAYLIFT_UI_SCREENSHOT``, default var/test-a
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 from tests.entrypoints.conftest import deploy_conf
 from tests.fixtures.airflow_server import USERNAME, AirflowServer
+from tests.fixtures.browser import headless_chromium
 from tests.fixtures.local_stack import ROOT
 
 pytestmark = pytest.mark.integration
@@ -25,51 +24,17 @@ pytestmark = pytest.mark.integration
 SCREENSHOT = Path(os.environ.get("RAYLIFT_UI_SCREENSHOT", ROOT / "var/test-artifacts/ui-trigger.png"))
 UI_RUN_ID = "ui_trigger_form"
 WAIT_S = 60
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1400,1000",
-)
-
-
-def _browser_binaries() -> tuple[str, str]:
-    """Debian's chromium + chromedriver; fail where setup could have installed them, skip where it cannot."""
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium and driver:
-        return chromium, driver
-    hint = "chromium/chromedriver missing: run `bash tools/setup.sh browser` (apt: chromium chromium-driver)"
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        pytest.fail(hint)  # setup.sh installs them on such a machine (CI): missing means setup is broken
-    pytest.skip(f"{hint}; needs root and apt-get, which this machine lacks")
 
 
 @pytest.fixture()
 def browser() -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver_path = _browser_binaries()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    profile = tempfile.mkdtemp(prefix="raylift-chromium-")
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    try:
-        yield driver
-    finally:
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(SCREENSHOT))
-        print(f"UI screenshot: {SCREENSHOT}")
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+    with headless_chromium() as driver:
+        try:
+            yield driver
+        finally:
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(str(SCREENSHOT))
+            print(f"UI screenshot: {SCREENSHOT}")
 
 
 def _fill(element: object, text: str) -> None:
