@@ -250,34 +250,34 @@ def write_report(
     return paths
 
 
-def run_history(store: ObjectStore, runs_prefix: str, result: Mapping[str, Any], *, limit: int = HISTORY_RUNS
+def stored_results(store: ObjectStore, runs_prefix: str) -> list[dict[str, Any]]:
+    """Every run's ``benchmark.json`` under ``runs_prefix``, read once for the history plot and the cost table
+    (on S3 each is a GET)."""
+    return [store.read_json(key) or {} for key in store.list(runs_prefix) if key.endswith("/benchmark.json")]
+
+
+def run_history(stored: Sequence[Mapping[str, Any]], result: Mapping[str, Any], *, limit: int = HISTORY_RUNS
                 ) -> list[dict[str, Any]]:
-    """Earlier results of the same model at the same endpoint, oldest first (at most ``limit``), from the
-    ``benchmark.json`` files under ``runs_prefix``."""
+    """Earlier results of the same model at the same endpoint, oldest first (at most ``limit``), among the
+    ``stored`` results (:func:`stored_results`)."""
     runs = []
-    for key in store.list(runs_prefix):
-        if not key.endswith("/benchmark.json"):
-            continue
-        earlier = store.read_json(key) or {}
+    for earlier in stored:
         same = earlier.get("model") == result.get("model") and earlier.get("endpoint") == result.get("endpoint")
         if same and earlier.get("levels") and earlier.get("started_at") != result.get("started_at"):
-            runs.append(earlier)
+            runs.append(dict(earlier))
     runs.sort(key=lambda run: str(run.get("started_at", "")))
     return runs[-limit:]
 
 
-def cost_peers(store: ObjectStore, runs_prefix: str, result: Mapping[str, Any],
+def cost_peers(stored: Sequence[Mapping[str, Any]], result: Mapping[str, Any],
                last_good: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """What the report's cost table sets beside this run: the last good run, and the newest run of the same
-    served model on each other target whose results share this store."""
+    served model on each other target among the ``stored`` results (those sharing this store)."""
     peers: list[dict[str, Any]] = []
     if last_good and last_good.get("benchmark"):
         peers.append({"label": f"last good ({last_good.get('run_id', '')})", "result": last_good["benchmark"]})
-    newest: dict[str, dict[str, Any]] = {}
-    for key in store.list(runs_prefix):
-        if not key.endswith("/benchmark.json"):
-            continue
-        run = store.read_json(key) or {}
+    newest: dict[str, Mapping[str, Any]] = {}
+    for run in stored:
         target = run.get("target")
         if run.get("model") != result.get("model") or not target or target == result.get("target"):
             continue

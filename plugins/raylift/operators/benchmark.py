@@ -90,12 +90,11 @@ class BenchmarkOperator(TargetOperator):
         items = raw.split(",") if isinstance(raw, str) else list(raw)
         return [int(c) for c in items]
 
-    def _cost(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _cost(self, result: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
         """What the cluster the target runs costs per hour, and per 10⁶ output tokens at each level. Never
         blocks the gates: a target that cannot tell, or a node type without a price, gives the reason."""
         from raylift.bench.cost import DEFAULT_REGION, run_cost
 
-        options = _cost_options(self.cost)
         region = options.get("region") or DEFAULT_REGION
         try:
             region = options.get("region") or _target_region(self.target_impl) or DEFAULT_REGION
@@ -111,7 +110,7 @@ class BenchmarkOperator(TargetOperator):
             DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT,
             REGRESSION_CONFIRM_PAUSE_S,
         )
-        from raylift.bench.report import cost_peers, run_history, write_run_report
+        from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
         from raylift.bench.cost import format_cost
         from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
         from raylift.bench.runner import format_table, run_benchmark
@@ -122,7 +121,7 @@ class BenchmarkOperator(TargetOperator):
         from raylift.bench.gates import level_breach
         from raylift.bench.sweep import SweepSpec
 
-        _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request is sent
+        cost_options = _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request
         sweep = SweepSpec.from_param(_json_param(self.sweep, "sweep"))
         baseline_choice = self.regression_baseline or "last_good"
         if baseline_choice not in REGRESSION_BASELINES:
@@ -210,7 +209,7 @@ class BenchmarkOperator(TargetOperator):
                              judgement.verdict)
         result["judgement"] = judgement.as_dict()
         result["app"], result["target"] = str(self.app_name), str(self.target)
-        result["cost"] = self._cost(result)
+        result["cost"] = self._cost(result, cost_options)
         self.log.info("%s", format_cost(result["cost"]))
         if unchanged:
             result["judgement"]["not_attributed"] = (
@@ -228,8 +227,9 @@ class BenchmarkOperator(TargetOperator):
             self.log.exception("benchmark metrics not published; the gates still apply")
         try:  # the report is for people; a plotting failure must not stop the gates below
             runs_prefix = run_key(run_id).rsplit("/", 1)[0]
-            history = run_history(state.store, runs_prefix, result)
-            peers = cost_peers(state.store, runs_prefix, result, state.last_good())
+            stored = stored_results(state.store, runs_prefix)
+            history = run_history(stored, result)
+            peers = cost_peers(stored, result, state.last_good())
             files = write_run_report(state.store, run_key(run_id), result, history=history, peers=peers)
             self.log.info("benchmark report: %s", state.store.child_uri(files["html"]))
         except Exception:
