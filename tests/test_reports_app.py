@@ -7,13 +7,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+from fastapi import FastAPI
 
 from raylift.bench.report import report_url, write_report
 from raylift.config import REPORTS_URL_PREFIX
 from raylift.deploy_state import run_key
 from raylift.operators.benchmark import BenchmarkReportLink
 from tests.bench.test_cost_gates_report import _level, _result
-from tests.fixtures.plugin_server import serve_airflow_plugins
+from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
 
 RUN_ID = "manual__2026-11-23T02:21:47.123456+00:00"
 
@@ -37,11 +40,31 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def server(runs: Path) -> Iterator[str]:
-    """What Airflow's api-server mounts from plugins, on 127.0.0.1."""
+def plugins(runs: Path) -> Iterator[tuple[str, FastAPI]]:
+    """What Airflow's api-server mounts from plugins, on 127.0.0.1, with its auth manager."""
     with serve_airflow_plugins() as (url, parent):
         assert [r.path for r in parent.routes if r.path == REPORTS_URL_PREFIX], "raylift plugin app not mounted"
+        yield url, parent
+
+
+@pytest.fixture()
+def server(plugins: tuple[str, FastAPI]) -> Iterator[str]:
+    """The plugin apps, every request from a signed-in viewer (the least Airflow role)."""
+    url, parent = plugins
+    with signed_in_as(parent, SimpleAuthManagerUser(username="viewer", role="viewer")):
         yield url
+
+
+@pytest.mark.parametrize("path", ["/", f"/runs/{RUN_ID}/", f"/runs/{run_key(RUN_ID).rsplit('/', 1)[1]}/benchmark.html",
+                                  f"/runs/{run_key(RUN_ID).rsplit('/', 1)[1]}/benchmark.json"])
+def test_every_route_needs_an_airflow_user(plugins: tuple[str, FastAPI], path: str) -> None:
+    """Airflow authenticates no plugin app: without the app's own dependency each of these answered 200 to anyone."""
+    url = plugins[0] + REPORTS_URL_PREFIX + path
+    anonymous = httpx.get(url, timeout=10)
+    assert anonymous.status_code == 401 and "TTFT" not in anonymous.text, anonymous.text[:200]
+    forged = {"Authorization": "Bearer not-a-jwt"}
+    assert httpx.get(url, headers=forged, timeout=10).status_code == 403
+    assert httpx.get(url, cookies={COOKIE_NAME_JWT_TOKEN: "not-a-jwt"}, timeout=10).status_code == 403
 
 
 def test_extra_link_points_at_the_report_page(server: str) -> None:

@@ -24,14 +24,16 @@ def api_base_url() -> str:
 
 
 def report_location(run_folder: str) -> str | None:
-    """The report's URL in the Airflow UI if an api-server with the raylift plugin answers, else None."""
+    """The report's URL in the Airflow UI if an api-server with the raylift plugin answers, else None.
+    Asked without credentials, the plugin's app answers 401 (it needs a logged-in Airflow user); a server
+    without the plugin answers 404."""
     import httpx
 
     from raylift.bench.report import report_url
 
     url = report_url(run_folder, api_base_url())
     try:
-        return url if httpx.get(url, timeout=3).status_code == 200 else None
+        return url if httpx.get(url, timeout=3).status_code in (200, 401) else None
     except httpx.HTTPError:
         return None
 
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     report = store.path(f"{run_key(args.run_id)}/benchmark.html")
     if report.is_file():
         where = report_location(report.parent.name)
-        print(f"report:    {where or report}")
+        print(f"report:    {where or report}" + ("  (log in to Airflow to open it)" if where else ""))
         if where is None:
             print(f"           (in the Airflow UI once `airflow api-server` runs: {api_base_url()}"
                   f"{REPORTS_URL_PREFIX}/, or the benchmark task's 'Benchmark report' link)")

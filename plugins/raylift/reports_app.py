@@ -4,7 +4,10 @@ It serves the files the benchmark step writes into the model store's run folders
 (``<model store>/_raylift/runs/<run>/benchmark.html``, ``.png``, ``.json``, ``.csv``) and nothing
 else: names are checked against a strict pattern and an extension allow-list, the resolved path must
 lie inside the runs folder (symlinks out of it are refused), and only GET/HEAD exist. Pages carry a
-Content-Security-Policy without scripts. Routes, under :data:`raylift.config.REPORTS_URL_PREFIX`:
+Content-Security-Policy without scripts. Every route needs an authenticated Airflow user: Airflow does not
+authenticate plugin apps (a Starlette mount inherits none of the core API's dependencies), so the app
+declares Airflow's own ``get_user`` dependency, which reads the UI's session cookie or a bearer token
+(``POST /auth/token``) exactly as the public API does: 401 without one, 403 for an invalid one. Routes, under :data:`raylift.config.REPORTS_URL_PREFIX`:
 
 - ``/`` — the runs that have a report, newest first;
 - ``/runs/<run id>/`` — that run's report page (``benchmark.html``), else a list of its files;
@@ -21,7 +24,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from raylift.config import local_settings
@@ -63,7 +66,10 @@ def _page(title: str, body: str) -> HTMLResponse:
 def create_app(runs_root: Path | Callable[[], Path] = default_runs_root) -> FastAPI:
     """The reports app over ``runs_root`` (a folder, or a function giving it per request, so a
     long-running api-server follows ``RAYLIFT_HOME``)."""
-    app = FastAPI(title="raylift benchmark reports", docs_url=None, redoc_url=None, openapi_url=None)
+    from airflow.api_fastapi.core_api.security import get_user
+
+    app = FastAPI(title="raylift benchmark reports", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(get_user)])
 
     def root() -> Path:
         return (runs_root() if callable(runs_root) else runs_root).resolve()

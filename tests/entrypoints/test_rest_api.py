@@ -11,8 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 
+from raylift.config import REPORTS_URL_PREFIX
 from tests.entrypoints.conftest import DEPLOY_RUN_ID, deploy_conf
 from tests.fixtures.airflow_server import AirflowServer
 
@@ -48,6 +51,23 @@ def test_triggered_run_succeeds_and_benchmark_summary_is_in_xcom(
     started, ended = (datetime.fromisoformat(deployed[key]) for key in ("start_date", "end_date"))
     assert started < at["running_at"] <= at["first_token_at"] < ended, (cold, deployed)
     assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold
+
+
+def test_the_benchmark_report_opens_for_a_signed_in_airflow_user_only(
+    airflow: AirflowServer, deployed: dict[str, Any]
+) -> None:
+    """The benchmark task's extra link, as the UI gets it from the REST API, on the real api-server: Airflow
+    authenticates no plugin app, so the reports app asks for Airflow's user itself (token or UI cookie)."""
+    links = airflow.ok("GET", f"/dags/raylift_deploy/dagRuns/{DEPLOY_RUN_ID}/taskInstances/benchmark/links")
+    link = links["extra_links"]["Benchmark report"]
+    assert link.startswith(REPORTS_URL_PREFIX + "/runs/") and link.endswith("/benchmark.html"), links
+    url = airflow.url + link
+    assert httpx.get(url, timeout=30).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer forged"}, timeout=30).status_code == 403
+    for credentials in ({"headers": {"Authorization": f"Bearer {airflow.token()}"}},  # POST /auth/token's JWT
+                        {"cookies": {COOKIE_NAME_JWT_TOKEN: airflow.token()}}):  # what the UI's login leaves
+        page = httpx.get(url, timeout=30, **credentials)
+        assert page.status_code == 200 and "TTFT p50" in page.text and "tiny-test" in page.text, page.text[:300]
 
 
 @pytest.mark.parametrize(

@@ -35,11 +35,12 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
 from raylift.serve_config import app_by_name
 from tests.fixtures.background_load import BackgroundLoad
 from tests.fixtures.local_stack import LocalStack, make_stack, stop_cluster, tiny_model_path
-from tests.fixtures.plugin_server import serve_airflow_plugins
+from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
 from tests.serve_apps.models import RUNTIME_PYTHON
 
 pytestmark = pytest.mark.integration
@@ -212,11 +213,11 @@ def test_a_sweep_on_the_tiny_model_stops_by_itself_and_names_its_knee(stack: Loc
 
 # -- 1. the good run's benchmark report, through the extra link -------------------------------------
 @pytest.fixture()
-def plugin_server(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Airflow's own plugin mounting on 127.0.0.1 at the stack's api-server port."""
+def plugin_server(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
+    """Airflow's own plugin mounting on 127.0.0.1 at the stack's api-server port: (URL, parent app)."""
     monkeypatch.setenv("RAYLIFT_HOME", str(stack.home))  # the reports app reads the stack's model store
-    with serve_airflow_plugins(int(stack.env["AIRFLOW__API__PORT"])) as (url, _):
-        yield url
+    with serve_airflow_plugins(int(stack.env["AIRFLOW__API__PORT"])) as served:
+        yield served
 
 
 def demo_summary(stack: LocalStack) -> str:
@@ -240,14 +241,18 @@ def test_report_of_the_good_run_is_reachable_from_the_benchmark_task(stack: Loca
     assert f"report:    {folder / 'benchmark.html'}" in demo_summary(stack)
 
 
-def test_extra_link_resolves_on_the_api_server(stack: LocalStack, plugin_server: str) -> None:
+def test_extra_link_resolves_on_the_api_server(stack: LocalStack, plugin_server: tuple[str, Any]) -> None:
+    url, parent = plugin_server
     link = xcom(stack, "benchmark", "_link_BenchmarkReportLink")
-    page = httpx.get(plugin_server + link, timeout=30)
-    assert page.status_code == 200 and "TTFT p50" in page.text and MODEL in page.text
-    png = httpx.get(plugin_server + link.replace("benchmark.html", "benchmark-latency.png"), timeout=30)
-    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
-    # with the api-server up, the demo prints the URL to open
-    assert f"report:    {plugin_server}{link}" in demo_summary(stack)
+    # the report needs an Airflow user (tests/entrypoints/test_rest_api.py signs in on a real api-server)
+    assert httpx.get(url + link, timeout=30).status_code == 401
+    with signed_in_as(parent, SimpleAuthManagerUser(username="viewer", role="viewer")):
+        page = httpx.get(url + link, timeout=30)
+        assert page.status_code == 200 and "TTFT p50" in page.text and MODEL in page.text
+        png = httpx.get(url + link.replace("benchmark.html", "benchmark-latency.png"), timeout=30)
+        assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+    # with the api-server up, the demo prints the URL to open (after logging in to Airflow)
+    assert f"report:    {url}{link}  (log in to Airflow to open it)" in demo_summary(stack)
 
 
 # -- 2a. a replica's worker process is killed under load ------------------------------------------
