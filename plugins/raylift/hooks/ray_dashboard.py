@@ -149,11 +149,37 @@ class RayDashboardHook(BaseHook):
         except httpx.TransportError:
             return False
 
-    def cluster_state(self) -> ClusterState:
+    def _nodes_payload(self) -> dict[str, Any]:
         resp = self._request("GET", "/api/v0/nodes", params={"detail": "1", "limit": "1000"})
         if resp.status_code != 200:
             raise ClusterError(f"Ray dashboard {self.address} answered {resp.status_code} for nodes.")
-        return self.parse_nodes(resp.json())
+        return dict(resp.json())
+
+    def cluster_state(self) -> ClusterState:
+        return self.parse_nodes(self._nodes_payload())
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        """Ray's records of the alive nodes (``node_id``, ``is_head_node``, ``resources_total``, ...)."""
+        return [n for n in self._nodes_payload()["data"]["result"]["result"] if n.get("state") == "ALIVE"]
+
+    @staticmethod
+    def replica_cpus(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
+        """``{node_id: {"app/deployment/replica": CPUs}}`` for every live Serve replica in
+        ``GET /api/serve/applications/`` (CPUs from the deployment's ``ray_actor_options``, Serve's default 1)."""
+        out: dict[str, dict[str, float]] = {}
+        for app, details in (payload.get("applications") or {}).items():
+            for name, deployment in (details.get("deployments") or {}).items():
+                options = (deployment.get("deployment_config") or {}).get("ray_actor_options") or {}
+                cpus = float(options.get("num_cpus", 1) if options.get("num_cpus") is not None else 1)
+                for replica in deployment.get("replicas") or []:
+                    if replica.get("node_id") and replica.get("state") != "STOPPING":
+                        out.setdefault(replica["node_id"], {})[f"{app}/{name}/{replica.get('replica_id')}"] = cpus
+        return out
+
+    @classmethod
+    def replicas_on(cls, payload: dict[str, Any], node_id: str) -> list[str]:
+        """The live Serve replicas (``app/deployment/replica``) on a node."""
+        return sorted(cls.replica_cpus(payload).get(node_id, {}))
 
     def serve_applications(self) -> dict[str, Any]:
         resp = self._request("GET", "/api/serve/applications/")
@@ -175,3 +201,22 @@ class RayDashboardHook(BaseHook):
             resp = await client.get(f"{self.address}/api/serve/applications/")
         self._check_auth(resp).raise_for_status()
         return resp.json()
+
+    # -- Ray Jobs (REST API: POST /api/jobs/, GET /api/jobs/<id>, GET /api/jobs/<id>/logs) -------
+    def submit_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None) -> str:
+        """Run ``entrypoint`` (a shell command) on the cluster's head node; returns the submission id."""
+        resp = self._request("POST", "/api/jobs/", json={"entrypoint": entrypoint, "runtime_env": runtime_env or {}})
+        if resp.status_code != 200:
+            raise ClusterError(f"Ray dashboard {self.address} refused the job ({resp.status_code}): {resp.text[:500]}")
+        return str(resp.json()["submission_id"])
+
+    def job_status(self, submission_id: str) -> dict[str, Any]:
+        """``{"status": PENDING|RUNNING|SUCCEEDED|FAILED|STOPPED, "message": ...}`` (ray.job_submission.JobStatus)."""
+        resp = self._request("GET", f"/api/jobs/{submission_id}")
+        if resp.status_code != 200:
+            raise ClusterError(f"Ray dashboard {self.address} answered {resp.status_code} for job {submission_id}.")
+        return dict(resp.json())
+
+    def job_logs(self, submission_id: str) -> str:
+        resp = self._request("GET", f"/api/jobs/{submission_id}/logs")
+        return str(resp.json().get("logs", "")) if resp.status_code == 200 else ""

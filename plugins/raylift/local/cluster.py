@@ -1,7 +1,9 @@
 """A real Ray cluster on this machine: one head and N worker nodes, each a ``ray start --block`` process.
 
 Each node is its own process group that raylift starts and stops, so resizing to fewer workers stops
-exactly those nodes and teardown leaves nothing behind. Everything binds to 127.0.0.1. Ray runs in the
+exactly those nodes and teardown leaves nothing behind. A worker is drained before it stops (Ray's node
+drain, which Serve answers by starting a replacement for each of its replicas elsewhere before stopping it
+gracefully), so a scale-down under load fails no request. Everything binds to 127.0.0.1. Ray runs in the
 *runtime* environment (where vLLM lives), never in the Airflow worker's.
 """
 
@@ -17,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from raylift.config import LocalSettings
+from raylift.config import DRAIN_TIMEOUT_S, POLL_INTERVAL_S, LocalSettings
 from raylift.errors import ClusterError
 from raylift.hooks.ray_dashboard import RayDashboardHook
 
@@ -197,6 +199,7 @@ class LocalRayCluster:
         current = sorted((r for r in nodes if r.startswith("worker-")), key=lambda r: int(r.split("-")[1]))
         for role in current[workers:]:
             log.info("stopping Ray %s (scale down to %s workers)", role, workers)
+            self.drain(role)
             self._stop(nodes.pop(role))
         for index in range(workers):
             role = f"worker-{index}"
@@ -207,12 +210,78 @@ class LocalRayCluster:
                         f"--address={self.s.bind_host}:{self.s.gcs_port}",
                         f"--node-ip-address={self.s.bind_host}",
                         f"--num-cpus={self.s.worker_num_cpus}",
+                        # names the node in Ray's records, so a scale-down drains the one it stops
+                        f"--resources={json.dumps({self.node_tag(role): 1})}",
                         f"--dashboard-agent-listen-port={self.s.agent_port_base + 1 + index}",
                         f"--object-store-memory={self.s.object_store_bytes}",
                     ],
                 )
         self._save(nodes)
         return nodes
+
+    @staticmethod
+    def node_tag(role: str) -> str:
+        """The custom resource a worker node carries to be found in Ray's node records."""
+        return f"raylift_{role.replace('-', '_')}"
+
+    def node_id(self, role: str) -> str | None:
+        """The Ray node id of worker ``role``: the alive node carrying its tag, else (a worker started before
+        tags) the only alive worker node; None when it cannot be told."""
+        nodes = [n for n in self.dashboard.alive_nodes() if not n.get("is_head_node")]
+        tagged = [n for n in nodes if self.node_tag(role) in (n.get("resources_total") or {})]
+        found = tagged or (nodes if len(nodes) == 1 else [])
+        return str(found[0]["node_id"]) if found else None
+
+    def drain(self, role: str, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Move every Serve replica off worker ``role`` before it stops: ``ray drain-node`` (preemption, with
+        ``timeout_s`` as the deadline) makes Serve start each replacement on another node and stop the old
+        replica gracefully once it runs. Returns when no replica is left on the node.
+
+        :raises ClusterError: the replicas did not leave in ``timeout_s`` (no room on the other nodes?); the
+            node is left running, so nothing serving is lost.
+        """
+        node_id = self.node_id(role)
+        if node_id is None:
+            log.warning("cannot tell which Ray node is %s: stopping it without draining", role)
+            return
+        placed = self.dashboard.replica_cpus(self.dashboard.serve_applications())
+        if not placed.get(node_id):
+            return  # nothing to hand over
+        # Serve stops a replica on a draining node at the drain's deadline even if its replacement never
+        # started, so the replicas must fit on the other nodes before the drain begins.
+        need = sum(placed[node_id].values())
+        others = [n for n in self.dashboard.alive_nodes() if n["node_id"] != node_id]
+        free = sum(float((n.get("resources_total") or {}).get("CPU", 0)) for n in others) - sum(
+            sum(cpus.values()) for other, cpus in placed.items() if other != node_id)
+        if need > free:
+            raise ClusterError(
+                f"Cannot scale down: the Serve replicas on {role} ({', '.join(sorted(placed[node_id]))}) need "
+                f"{need:g} CPU and the other nodes have {free:g} free. Lower the app's replicas first, or keep "
+                "this worker. Nothing was stopped."
+            )
+        ray = self.s.runtime_python.parent / "ray"
+        proc = subprocess.run(
+            [str(ray), "drain-node", f"--address={self.s.bind_host}:{self.s.gcs_port}", f"--node-id={node_id}",
+             "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=raylift scale-down",
+             f"--deadline-remaining-seconds={int(timeout_s)}"],
+            env=self._env(), capture_output=True, text=True, timeout=120,
+        )
+        if proc.returncode != 0:
+            raise ClusterError(
+                f"Ray refused to drain {role} (node {node_id}) before the scale-down: {proc.stderr[-500:]} "
+                "Nothing was stopped."
+            )
+        log.info("draining %s (node %s): Serve moves its replicas to the other nodes", role, node_id)
+        deadline = time.monotonic() + timeout_s
+        while left := self.dashboard.replicas_on(self.dashboard.serve_applications(), node_id):
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"Serve did not move {left} off {role} in {timeout_s:.0f} s (their replacements did not start: "
+                    f"see the Serve controller's log under {self.temp_dir}). The worker was not stopped, and Serve "
+                    "stops what is left on it at the drain's deadline: lower replicas, or add a worker first."
+                )
+            time.sleep(POLL_INTERVAL_S)
+        log.info("%s drained: no Serve replica left on it", role)
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop every node raylift started (workers first, then the head), each given ``grace_s`` to

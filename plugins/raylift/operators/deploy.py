@@ -143,7 +143,8 @@ class ServeDeployOperator(TargetOperator):
         if kind.runtime_module:
             target.ensure_app_runtime(kind.runtime_module, kind.name)
         if kind.vllm:
-            target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"])
+            target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
+                                        working_dir=(app.get("runtime_env") or {}).get("working_dir"))
         defaults = {**self._base, **target.serve_cluster_options()}
         config = merge_app(current, app, defaults=defaults)
         run_id = context["run_id"]

@@ -13,6 +13,7 @@ TARGETS: dict[str, str] = {
     "local": "raylift.targets.local:LocalTarget",
     "ecs": "raylift.targets.ecs:EcsTarget",
     "eks": "raylift.targets.eks:EksTarget",
+    "ray": "raylift.targets.ray_cluster:RayClusterTarget",
 }
 
 

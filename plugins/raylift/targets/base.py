@@ -180,9 +180,11 @@ class Target(ABC):
         """Make sure the cluster's runtime can import ``module``, which only the ``app_kind`` app needs.
         The images built for AWS targets carry every app's packages, so nothing to do here."""
 
-    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
-        """Refuse engine args vLLM would reject, before deploying. Targets without a local vLLM
-        runtime rely on Serve reporting DEPLOY_FAILED (and the deploy rolling back) instead."""
+    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
+                             working_dir: str | None = None) -> None:
+        """Refuse engine args vLLM would reject, before deploying (``working_dir``: the app's package, for a
+        target that runs the check on the cluster). Targets without a local vLLM runtime rely on Serve
+        reporting DEPLOY_FAILED (and the deploy rolling back) instead."""
 
     def state_uri(self) -> str:
         """Where run records and the last good Serve config are kept (the model store by default)."""

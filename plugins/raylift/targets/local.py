@@ -148,7 +148,8 @@ class LocalTarget(Target):
                 "Run that command by hand to see the whole output; nothing was deployed."
             )
 
-    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any]) -> None:
+    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
+                             working_dir: str | None = None) -> None:
         """Ask vLLM (in the runtime env) whether it accepts ``engine_args`` for this model, in seconds.
 
         A fresh runtime Python importing vLLM is ~20 s of a deploy, so an accepted verdict is kept per

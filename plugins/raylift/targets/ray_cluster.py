@@ -1,0 +1,177 @@
+"""``ray``: deploy onto a Ray cluster raylift did not start (Compose's ``ray-head``, or one a user already runs).
+
+The cluster is reached only through what the user names: its dashboard (Serve REST API, nodes, Ray Jobs) and
+its Serve endpoint. raylift never starts, scales or stops it: the scale step checks that it answers and takes
+its nodes as they are, and teardown leaves it running (``raylift_undeploy`` removes an app). What must run
+where vLLM runs (the engine-args check, an app's extra module) runs there, as a Ray job on the head node.
+
+Packages and models are handed to the cluster by path (``file://`` working dirs, the model store folder), as
+on ``local``: the cluster must see ``RAYLIFT_HOME`` and the model store at the same paths (Compose mounts one
+volume on both sides), or use an ``s3://`` model store.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import shlex
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from raylift.config import RAY_JOB_TIMEOUT_S, LocalSettings
+from raylift.errors import ClusterError, RayliftValueError
+from raylift.hooks.ray_dashboard import RayDashboardHook
+from raylift.targets.base import ClusterExpectation
+from raylift.targets.local import LocalTarget
+from raylift.triggers.serve import ServeApplicationsTrigger
+
+log = logging.getLogger(__name__)
+
+# ray.job_submission.JobStatus: the states a job does not leave
+JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+def _http_url(option: str, value: Any, example: str) -> str:
+    """``value`` as an http(s) URL with a host, or a RayliftValueError naming the option."""
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if not parts or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RayliftValueError(
+            f"target 'ray' needs target_options.{option}, an http(s) URL with a host (e.g. {example}); "
+            f"got {value!r}."
+        )
+    return value.rstrip("/")
+
+
+class RayClusterTarget(LocalTarget):
+    """``ray``: an existing Ray cluster at ``dashboard_url`` serving on ``serve_url``; models and packages as on local."""
+
+    name = "ray"
+
+    OPTIONS = ("dashboard_url", "serve_url", "model_store", "hf_conn_id", "aws_conn_id")
+
+    def __init__(
+        self,
+        dashboard_url: str | None = None,
+        serve_url: str | None = None,
+        model_store: str | None = None,
+        settings: LocalSettings | None = None,
+        *,
+        hf_conn_id: str | None = None,
+        aws_conn_id: str | None = "aws_default",
+        **unknown: Any,
+    ) -> None:
+        """``target_options`` for ray: ``dashboard_url`` (the cluster's Ray dashboard, e.g.
+        ``http://ray-head:8265``) and ``serve_url`` (its Serve endpoint, e.g. ``http://ray-head:8000``), both
+        required; ``model_store``, ``hf_conn_id`` and ``aws_conn_id`` as for local."""
+        if unknown:
+            raise RayliftValueError(
+                f"target_options {sorted(unknown)} are not options of the ray target: use {', '.join(self.OPTIONS)}."
+            )
+        self.dashboard_url = _http_url("dashboard_url", dashboard_url, "http://ray-head:8265")
+        self.serve_url = _http_url("serve_url", serve_url, "http://ray-head:8000")
+        super().__init__(model_store, settings, hf_conn_id=hf_conn_id, aws_conn_id=aws_conn_id)
+        self.dashboard = RayDashboardHook(self.dashboard_url)
+
+    # -- cluster: as it is ---------------------------------------------------------------------
+    def scale(self, *, workers: int) -> ClusterExpectation:
+        """No scaling (raylift did not start this cluster): the cluster must answer, and is expected as it is."""
+        if workers < 0:
+            raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
+        state = self.cluster_state()
+        if workers != state.nodes - 1:
+            log.warning(
+                "target 'ray' does not scale a cluster it did not start: %s has %d node(s) (head + %d worker(s)); "
+                "the workers Param (%d) is not applied. Resize the cluster itself (e.g. `docker compose up "
+                "--scale ray-worker=N`).", self.dashboard_url, state.nodes, state.nodes - 1, workers,
+            )
+        return ClusterExpectation(nodes=state.nodes)
+
+    def teardown(self) -> None:
+        """Leave the cluster and its apps running: raylift did not start it (``raylift_undeploy`` removes an app)."""
+        log.info(
+            "target 'ray': the cluster at %s was not started by raylift, so teardown leaves it (and its Serve "
+            "apps) running; remove an app with raylift_undeploy.", self.dashboard_url,
+        )
+
+    def billed_nodes(self) -> dict[str, int]:
+        """Unknown: raylift cannot tell what a cluster it did not start runs on (the benchmark reports no cost)."""
+        return {}
+
+    def current_serve_config(self) -> dict[str, Any]:
+        if not self.dashboard.is_up():
+            raise ClusterError(
+                f"No Ray dashboard answers on {self.dashboard_url} (target_options.dashboard_url): start that "
+                "cluster (raylift does not start clusters for the ray target) or fix the URL."
+            )
+        return self.dashboard.deployed_config(self.dashboard.serve_applications())
+
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
+        return ServeApplicationsTrigger(
+            dashboard_url=self.dashboard_url,
+            app_names=app_names,
+            submitted_at=self._submitted_at or time.time(),
+            timeout_s=timeout_s,
+        )
+
+    def serve_cluster_options(self) -> dict[str, Any]:
+        """Serve listens where ``serve_url`` says, when this config is the cluster's first (a running Serve keeps
+        its own HTTP options): on 127.0.0.1 for a loopback URL, else on every interface of the node."""
+        parts = urlsplit(self.serve_url)
+        try:
+            loopback = ipaddress.ip_address(parts.hostname or "").is_loopback
+        except ValueError:
+            loopback = parts.hostname == "localhost"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return {"http_options": {"host": "127.0.0.1" if loopback else "0.0.0.0", "port": port}}
+
+    def endpoint_url(self) -> str:
+        return self.serve_url
+
+    # -- checks where vLLM runs: Ray jobs on the cluster -----------------------------------------
+    def run_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None,
+                timeout_s: float = RAY_JOB_TIMEOUT_S) -> tuple[str, str]:
+        """Run ``entrypoint`` on the cluster's head node and wait for it; returns (final status, logs)."""
+        job = self.dashboard.submit_job(entrypoint, runtime_env)
+        deadline = time.monotonic() + timeout_s
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = self.dashboard.job_status(job)
+            if status.get("status") in JOB_TERMINAL:
+                return str(status["status"]), self.dashboard.job_logs(job)
+            time.sleep(1)
+        raise ClusterError(
+            f"Ray job {job} on {self.dashboard_url} did not finish in {timeout_s:.0f} s (last status "
+            f"{status.get('status')!r}): is the cluster's head busy or short of CPU? Nothing was deployed."
+        )
+
+    def ensure_app_runtime(self, module: str, app_kind: str) -> None:
+        """The cluster's own Python must import ``module``: raylift installs nothing into a cluster it did not start."""
+        probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+        status, logs = self.run_job(f"python -c {shlex.quote(probe)}")
+        if status != "SUCCEEDED":
+            raise ClusterError(
+                f"The {app_kind} app needs {module!r}, which the Python of the Ray cluster at {self.dashboard_url} "
+                f"cannot import (job {status}): install it in the cluster's image (the pin is in "
+                f"requirements/runtime.lock). Nothing was deployed. {logs[-300:]}"
+            )
+
+    def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
+                             working_dir: str | None = None) -> None:
+        """vLLM on the cluster checks ``engine_args`` for the model (``llm.check_args`` as a Ray job, in the app's
+        package), so what the cluster's vLLM refuses fails the task in seconds, naming the field."""
+        if not working_dir:
+            raise RayliftValueError("the engine-args check on a ray cluster needs the app's runtime_env.working_dir.")
+        entrypoint = shlex.join(["python", "-m", "llm.check_args", model_path, json.dumps(engine_args)])
+        status, logs = self.run_job(entrypoint, {"working_dir": working_dir})
+        lines = [ln for ln in logs.splitlines() if ln.startswith("{")]
+        if status != "SUCCEEDED" or not lines:
+            raise ClusterError(
+                f"Could not check engine_args on the Ray cluster at {self.dashboard_url} (job {status}): "
+                f"{logs[-500:]}"
+            )
+        verdict = json.loads(lines[-1])
+        if not verdict["ok"]:
+            field = f" (field {verdict['field']!r})" if verdict.get("field") else ""
+            raise RayliftValueError(f"vLLM on the Ray cluster rejects engine_args{field}: {verdict['error'][:500]}")
