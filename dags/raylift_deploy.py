@@ -59,6 +59,7 @@ with DAG(
         app_args="{{ params.app_args }}",
         autoscaling="{{ params.autoscaling }}",
         route_prefix="{{ params.route_prefix }}",
+        surge_replicas="{{ params.surge_replicas }}",
         **TARGET,
     )
     smoke = SmokeTestOperator(

@@ -6,7 +6,8 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from raylift.config import DEFAULT_APP_NAME, DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS, local_settings
+from raylift.config import DEFAULT_APP_NAME, DEFAULT_MAX_REGRESSION, REGRESSION_MIN_REQUESTS, ROLLOUT_SURGE_REPLICAS
+from raylift.config import local_settings
 from raylift.config import DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT, DEFAULT_REQUESTS_PER_LEVEL
 from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, MAX_BENCHMARK_LEVEL_TIMEOUT_S
 from raylift.targets import TARGETS
@@ -27,7 +28,8 @@ def target_params() -> dict[str, Param]:
         "target_options": Param(
             {},
             type="object",
-            description="Target-specific options (ECS/EKS: cluster, services, bucket, conn ids...). Empty for local.",
+            description="Target-specific options (ECS/EKS: cluster, services, bucket, conn ids...; ray, a Ray cluster "
+            "raylift did not start: dashboard_url and serve_url). Empty for local.",
         ),
     }
 
@@ -68,6 +70,13 @@ def deploy_params() -> dict[str, Param]:
             description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own",
         ),
         "replicas": Param(1, type="integer", minimum=0, maximum=64, description="Serve replicas of the model"),
+        "surge_replicas": Param(
+            ROLLOUT_SURGE_REPLICAS, type="integer", minimum=0, maximum=8,
+            description="Replicas a code update (new weights, engine args, package) starts beside the old ones before "
+            "stopping them: start-before-stop, no request fails. 0: stop-before-start, for a cluster with no room for "
+            "one more replica; Serve then stops old replicas before the new ones load, and a 1-replica app is dark "
+            "for its whole model load (the deploy logs how long)",
+        ),
         "autoscaling": Param(
             {},
             type="object",

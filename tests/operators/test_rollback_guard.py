@@ -139,13 +139,14 @@ def test_a_non_json_smoke_answer_rolls_back(serve: ServeStandin, tmp_path: Path,
     assert "nothing to roll back" in guard().execute({"run_id": "r1"})
 
 
-def deploy_op(model: str) -> Any:
+def deploy_op(model: str, **kwargs: Any) -> Any:
     from raylift.operators.deploy import ServeDeployOperator
 
     return ServeDeployOperator(
         task_id="deploy", artifact={"digest": "d", "working_dir": "file:///tmp/a.zip"},
         model={"model_id": "m", "revision": "r", "uri": model, "manifest_uri": f"{model}/m.json"},
         served_name="tiny-t5", app_name=APP, serve_config="translator-cpu.yaml", replicas=1, deferrable=False,
+        **kwargs,
     )
 
 

@@ -15,10 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, SERVE_APPS_DIR_NAME, repo_root
+from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS, SERVE_APPS_DIR_NAME, repo_root
 from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 from raylift.targets.base import Artifact, StagedModel
+
+
+def _replicas(app: dict[str, Any]) -> int:
+    """The replicas an app config asks for (its autoscaling floor when it autoscales)."""
+    deployments = app.get("deployments") or [{}]
+    autoscaling = deployments[0].get("autoscaling_config") or {}
+    return int(autoscaling.get("min_replicas", deployments[0].get("num_replicas", 1)) or 0)
 
 
 class ServeDeployOperator(TargetOperator):
@@ -37,6 +44,7 @@ class ServeDeployOperator(TargetOperator):
         "app_args",
         "autoscaling",
         "route_prefix",
+        "surge_replicas",
     )
 
     def __init__(
@@ -52,11 +60,15 @@ class ServeDeployOperator(TargetOperator):
         app_args: dict[str, Any] | None = None,
         autoscaling: dict[str, Any] | None = None,
         route_prefix: str | None = None,
+        surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS,
         timeout_s: float = DEPLOY_TIMEOUT_S,
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
+        """:param surge_replicas: extra replicas a code update starts before the old ones stop (start-before-stop);
+            0 is stop-before-start, which leaves the app without a serving replica while new ones load."""
         super().__init__(**kwargs)
+        self.surge_replicas = surge_replicas
         self.artifact, self.model = artifact, model
         self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
         self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
@@ -109,26 +121,49 @@ class ServeDeployOperator(TargetOperator):
         for warning in report.warnings:
             self.log.warning("%s", warning)
 
-    def check_fit_with_surge(self, app: dict[str, Any], current: dict[str, Any]) -> None:
+    @property
+    def surge(self) -> int:
+        try:
+            surge = int(self.surge_replicas)
+        except (TypeError, ValueError):
+            raise RayliftValueError(f"'surge_replicas' must be an integer >= 0, got {self.surge_replicas!r}.") from None
+        if surge < 0:
+            raise RayliftValueError(f"'surge_replicas' must be >= 0 (0: stop-before-start), got {surge}.")
+        return surge
+
+    def check_fit_with_surge(self, app: dict[str, Any], current: dict[str, Any]) -> bool:
         """The fit check, counting the surge replica a start-before-stop code update needs at its peak
-        (the old replicas run until the new ones do): refused before anything is applied when it does not fit."""
-        from raylift.config import ROLLOUT_SURGE_REPLICAS
+        (the old replicas run until the new ones do): refused before anything is applied when it does not fit.
+        Returns whether this is a stop-before-start code update (surge 0), which leaves the app dark."""
         from raylift.errors import ServeFitError
         from raylift.rollout import restarts_replicas, with_surge
         from raylift.serve_config import app_by_name
 
         old = app_by_name(current, str(self.app_name))
-        if ROLLOUT_SURGE_REPLICAS <= 0 or not restarts_replicas(old, app):
-            return self.check_fit(app, current)
+        surge = self.surge
+        if not restarts_replicas(old, app):
+            self.check_fit(app, current)
+            return False
+        if surge == 0:
+            self.check_fit(app, current)
+            running = _replicas(old or {})
+            self.log.warning(
+                "surge_replicas is 0: stop-before-start. Serve stops the old replicas of %r in waves of "
+                "max(20 %%, 1) before their replacements load the model, so with %s replica(s) the app has %s "
+                "while each new replica starts (the time it takes is logged when the app is RUNNING).",
+                self.app_name, running, "no serving replica" if running <= 1 else "fewer replicas",
+            )
+            return True
         try:
-            self.check_fit(with_surge(app, ROLLOUT_SURGE_REPLICAS), current)
+            self.check_fit(with_surge(app, surge), current)
         except ServeFitError as exc:
             raise ServeFitError(
                 f"{exc} (This is a code update of a running app, so it rolls out start-before-stop with "
-                f"{ROLLOUT_SURGE_REPLICAS} surge replica(s) running beside the old ones; that peak is what does "
-                "not fit. Add a worker, lower replicas, or set RAYLIFT_ROLLOUT_SURGE=0 for stop-before-start, "
+                f"{surge} surge replica(s) running beside the old ones; that peak is what does "
+                "not fit. Add a worker, lower replicas, or set the surge_replicas Param to 0 for stop-before-start, "
                 "which leaves the app without a serving replica while each new one loads its model.)"
             ) from None
+        return False
 
     def execute(self, context: Any) -> Any:
         from raylift.rollout import surge_config
@@ -138,7 +173,7 @@ class ServeDeployOperator(TargetOperator):
         app = self.render()
         target = self.target_impl
         current = target.current_serve_config()
-        self.check_fit_with_surge(app, current)
+        dark = self.check_fit_with_surge(app, current)
         kind = app_kind(app)
         if kind.runtime_module:
             target.ensure_app_runtime(kind.runtime_module, kind.name)
@@ -158,7 +193,8 @@ class ServeDeployOperator(TargetOperator):
                 "after the PUT?): finishing the rollout from the config that served before that try", run_id,
                 self.app_name,
             )
-        surged = surge_config(earlier if earlier is not None else current, config, str(self.app_name))
+        surged = surge_config(earlier if earlier is not None else current, config, str(self.app_name),
+                              extra=self.surge)
         from raylift.serve_writer import write_serve_config
 
         # under the cluster's lock, and only if nobody changed the cluster's config since it was read
@@ -170,6 +206,10 @@ class ServeDeployOperator(TargetOperator):
         )
         context["ti"].xcom_push(key="serve_config", value=config)
         context["ti"].xcom_push(key="surged", value=surged is not None)
+        if dark:
+            import time
+
+            context["ti"].xcom_push(key="dark_since", value=time.time())
         trigger = target.deploy_trigger(app_names=[str(self.app_name)], timeout_s=self.timeout_s)
         if self.deferrable:
             from datetime import timedelta
@@ -203,6 +243,12 @@ class ServeDeployOperator(TargetOperator):
             app = app_by_name(config, str(self.app_name)) or {}
             seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
             running_at = datetime.fromtimestamp(seen, timezone.utc) if seen else datetime.now(timezone.utc)
+            dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
+            if dark_since:
+                self.log.warning(
+                    "stop-before-start: app %r was dark (or short of replicas) for up to %.0f s, from the config "
+                    "change to RUNNING", self.app_name, running_at.timestamp() - float(dark_since),
+                )
             return {
                 "running_at": running_at.isoformat(),
                 "app_name": self.app_name,
