@@ -452,10 +452,10 @@ class LoadGenerator:
         """Raise concurrency (×``factor``) until throughput gains less than ``min_gain`` over the level
         before, the error rate exceeds ``max_error_rate``, or ``max_concurrency`` is reached.
 
-        ``requests_per_level`` defaults to ``max(16, 4 × concurrency)``. Returns the levels, why the
+        ``requests_per_level`` defaults to ``max(16, 4 × concurrency)`` (:func:`raylift.bench.sweep.level_requests`). Returns the levels, why the
         sweep stopped, and the concurrency with the highest throughput within the error bound.
         """
-        from raylift.bench.sweep import SweepSpec, stop_reason, verdict
+        from raylift.bench.sweep import SweepSpec, level_requests, stop_reason, verdict
 
         spec = SweepSpec(start=start, factor=factor, max_concurrency=max_concurrency, min_gain=min_gain)
 
@@ -465,7 +465,7 @@ class LoadGenerator:
 
         levels: list[dict[str, Any]] = []
         for concurrency in spec.levels():
-            count = requests_per_level or max(16, 4 * concurrency)
+            count = requests_per_level or level_requests(16, concurrency)
             specs = generate_requests(profile, count, seed_offset=concurrency)
             outcome = await self.run_concurrency(
                 specs, concurrency, max_seconds=max_seconds_per_level, progress=progress

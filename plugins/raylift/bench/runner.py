@@ -13,7 +13,7 @@ from raylift.bench.loadgen import LoadGenerator
 from raylift.bench.metrics import RequestRecord, samples, summarize
 from raylift.bench.profiles import generate_requests, get_profile
 from raylift.bench.prompt_sizing import TOKENIZER, WORDS, endpoint_tokenizer, size_prompts
-from raylift.bench.sweep import Breach, SweepSpec, stop_reason
+from raylift.bench.sweep import Breach, SweepSpec, level_requests, stop_reason
 from raylift.bench.sweep import verdict as sweep_verdict
 from raylift.config import BENCHMARK_ROUND_WAVES, BENCHMARK_ROUNDS
 from raylift.errors import RayliftValueError
@@ -85,8 +85,9 @@ async def arun_benchmark(
         sizing = TOKENIZER if tokenizer is not None else WORDS
 
         async def planned(c: int) -> list[list[Any]]:
-            specs = await size_prompts(tokenizer, generate_requests(spec, requests_per_level, seed_offset=c))
-            return _split(specs, rounds_for(requests_per_level, c, max_rounds=max_rounds))
+            count = level_requests(requests_per_level, c) if sweep_spec else requests_per_level
+            specs = await size_prompts(tokenizer, generate_requests(spec, count, seed_offset=c))
+            return _split(specs, rounds_for(count, c, max_rounds=max_rounds))
 
         async def run_round(c: int, r: int, rounds: list[list[Any]]) -> None:
             tell = None if progress is None else (

@@ -18,6 +18,15 @@ from raylift.errors import RayliftValueError
 
 # level summary -> why it breaks an SLO (None: it keeps them)
 Breach = Callable[[Mapping[str, Any]], "str | None"]
+# A level sends at least this many requests per concurrent stream: with fewer requests than streams a level
+# cannot load the server more than the one before, and its "gain" is noise (seen: 16 requests at 16, 32 and
+# 64 streams read 803, 950 and 821 tokens/s, so a sweep on 2 cores climbed to 64 on noise).
+REQUESTS_PER_STREAM = 4
+
+
+def level_requests(requests_per_level: int, concurrency: int) -> int:
+    """How many requests a sweep level sends: the asked number, or enough to keep every stream busy."""
+    return max(requests_per_level, REQUESTS_PER_STREAM * concurrency)
 
 
 @dataclass(frozen=True)
