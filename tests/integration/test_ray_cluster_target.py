@@ -134,12 +134,15 @@ def test_deploy_onto_it_runs_the_inferentia2_profile_from_params(stack: LocalSta
     models = httpx.get(f"{SERVE_URL}/v1/models", timeout=10).json()
     assert [m["id"] for m in models["data"]] == [SERVED]
 
-    bench = record["benchmark"]
-    assert bench["profile"]["name"] == "llmperf-inf2", bench["profile"]
+    # vLLM on that cluster checked the engine args: a Ray job there, in the app's package
+    jobs = httpx.get(f"{DASHBOARD_URL}/api/jobs/", timeout=10).json()
+    checks = [j for j in jobs if "llm.check_args" in j["entrypoint"] and "\"max_model_len\": 4608" in j["entrypoint"]]
+    assert [j["status"] for j in checks] == ["SUCCEEDED"], [(j["entrypoint"], j["status"]) for j in jobs]
+    run = max((stack.home / "model-store/_raylift/runs").glob("*/benchmark.json"), key=lambda p: p.stat().st_mtime)
+    profile = json.loads(run.read_text())["profile"]
+    assert (profile["name"], profile["prompt_sizing"]) == ("llmperf-inf2", "tokenizer"), profile
     # llmperf's summary, as llmperf writes it, beside raylift's results
-    folder = max((stack.home / "model-store/_raylift/runs").glob("*/llmperf_summary.json"),
-                 key=lambda p: p.stat().st_mtime)
-    summary = json.loads(folder.read_text())[str(CONCURRENCY)]
+    summary = json.loads((run.parent / "llmperf_summary.json").read_text())[str(CONCURRENCY)]
     assert summary["model"] == SERVED and summary["num_concurrent_requests"] == CONCURRENCY
     assert (summary["mean_input_tokens"], summary["stddev_input_tokens"]) == (3072, 200)
     assert (summary["mean_output_tokens"], summary["stddev_output_tokens"]) == (512, 20)
