@@ -60,8 +60,9 @@ def test_the_benchmark_report_opens_for_a_signed_in_airflow_user_only(
     authenticates no plugin app, so the reports app asks for Airflow's user itself (token or UI cookie)."""
     links = airflow.ok("GET", f"/dags/raylift_deploy/dagRuns/{DEPLOY_RUN_ID}/taskInstances/benchmark/links")
     link = links["extra_links"]["Benchmark report"]
-    assert link.startswith(REPORTS_URL_PREFIX + "/runs/") and link.endswith("/benchmark.html"), links
-    url = airflow.url + link
+    # absolute under the api-server's base_url, as the UI opens it
+    assert link.startswith(f"{airflow.url}{REPORTS_URL_PREFIX}/runs/") and link.endswith("/benchmark.html"), links
+    url = link
     assert httpx.get(url, timeout=30).status_code == 401
     assert httpx.get(url, headers={"Authorization": "Bearer forged"}, timeout=30).status_code == 403
     for credentials in ({"headers": {"Authorization": f"Bearer {airflow.token()}"}},  # POST /auth/token's JWT
