@@ -1,4 +1,4 @@
-"""Which config changes restart replicas, and how the surge config is built."""
+"""Which config changes restart replicas, and how a start-before-stop rollout is asked of Serve."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from raylift.rollout import restarts_replicas, surge_config, with_surge
+from raylift.rollout import restarts_replicas, surge_percent, with_native_surge, with_surge
 from raylift.serve_config import app_by_name, load_config, merge_app, render_app
 
 CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
@@ -53,7 +53,6 @@ def test_code_updates_restart_replicas(running: dict, mutate) -> None:  # noqa: 
 def test_lightweight_updates_keep_replicas(running: dict, mutate) -> None:  # noqa: ANN001
     new = changed(running, mutate)
     assert not restarts_replicas(app_by_name(running, "llm"), app_by_name(new, "llm"))
-    assert surge_config(running, new, "llm", extra=1) is None
 
 
 def test_autoscaling_bounds_change_is_lightweight(running: dict) -> None:
@@ -64,17 +63,30 @@ def test_autoscaling_bounds_change_is_lightweight(running: dict) -> None:
     assert restarts_replicas(app_by_name(wider, "llm"), app_by_name(running, "llm"))  # back to a fixed count
 
 
-def test_surge_adds_replicas_only_to_the_deployed_app(running: dict) -> None:
-    new = changed(running, lambda a: a["args"].update(fail_on_start="boom"))
-    surged = surge_config(running, new, "llm", extra=1)
-    assert surged is not None
-    assert app_by_name(surged, "llm")["deployments"][0]["num_replicas"] == 2
-    assert app_by_name(surged, "llm")["args"]["fail_on_start"] == "boom"
-    assert app_by_name(surged, "other") == app_by_name(running, "other")
-    # the final config is untouched, and turning surge off or deploying a new app needs none
-    assert app_by_name(new, "llm")["deployments"][0]["num_replicas"] == 1
-    assert surge_config(running, new, "llm", extra=0) is None
-    assert surge_config({}, new, "llm", extra=1) is None
+def test_native_surge_is_a_lightweight_option(running: dict) -> None:
+    surged = with_native_surge(app_by_name(running, "llm"), 1)
+    assert surged["deployments"][0]["max_surge_percent"] == 100  # 1 replica: one more during a restart
+    # adding it restarts nothing (Ray Serve 2.60's DeploymentConfig marks the field LightWeight), so a first
+    # deploy with it after the app ran without it is not a code update; Serve's acceptance of it is checked
+    # by every integration deploy
+    assert not restarts_replicas(app_by_name(running, "llm"), surged)
+    assert with_native_surge(app_by_name(running, "llm"), 0) == app_by_name(running, "llm")
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 7, 10, 64, 150, 1000])
+@pytest.mark.parametrize("extra", [1, 2, 3])
+def test_surge_percent_gives_the_extra_replicas(replicas: int, extra: int) -> None:
+    def serve_surge(percent: int) -> int:  # Ray Serve 2.60's DeploymentState._surge_replicas_to_start
+        return (percent * replicas + 99) // 100
+
+    percent = surge_percent(extra, replicas)
+    assert 0 < percent <= 100
+    if extra > replicas:
+        assert percent == 100
+    elif replicas <= 100:  # whole percents can name every count
+        assert serve_surge(percent) == extra
+    else:  # 1 % is more than one replica: the least percent that gives at least ``extra``
+        assert serve_surge(percent) >= extra > serve_surge(percent - 1)
 
 
 def test_surge_raises_autoscaling_floor_and_keeps_zero_replica_apps() -> None:

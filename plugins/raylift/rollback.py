@@ -24,7 +24,7 @@ def restore_app(
     Serve never stopped the old replicas and going back to them is a lightweight update.
     """
     from raylift.config import DEPLOY_TIMEOUT_S
-    from raylift.rollout import apply_with_surge
+    from raylift.rollout import apply_start_before_stop
 
     saved, source = state.rollback_config(run_id)
     current = target.current_serve_config()
@@ -37,7 +37,7 @@ def restore_app(
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
         action = f"removed app {app_name!r} (it had no earlier good version: {source})"
     if app is not None and new_version_running:
-        event = apply_with_surge(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S, read=current)
+        event = apply_start_before_stop(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S, read=current)
         if event.get("status") != "success":
             action += f" (but it is not RUNNING yet: {event.get('message', event.get('status'))})"
     else:

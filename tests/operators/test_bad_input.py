@@ -42,7 +42,7 @@ def validate(conf: dict) -> None:
 
 
 def test_unknown_target_names_the_choices() -> None:
-    with pytest.raises(UnknownTargetError, match=r"'gcp'.*\['ecs', 'eks', 'local'\]"):
+    with pytest.raises(UnknownTargetError, match=r"'gcp'.*\['ecs', 'eks', 'local', 'ray'\]"):
         get_target("gcp")
 
 

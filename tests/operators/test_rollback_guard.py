@@ -68,7 +68,7 @@ def test_a_benchmark_exception_after_apply_is_rolled_back_to_the_last_good(serve
     # the benchmark raised (not a gate): nothing rolled back yet; the guard runs on one_failed
     action = guard().execute({"run_id": "r1"})
     assert "restored app 'translator' from the last good config (run r0)" in action, action
-    assert serve.app(APP) == good["applications"][0]
+    assert serve.app(APP) == restored(good)
     # idempotent: a second guard (or a gate that already rolled back) changes nothing
     puts = len(serve.puts)
     assert "nothing to roll back" in guard().execute({"run_id": "r1"})
@@ -135,8 +135,16 @@ def test_a_non_json_smoke_answer_rolls_back(serve: ServeStandin, tmp_path: Path,
                               deployed={"endpoint": non_json_app, "kind": "llm"})
     with pytest.raises(SmokeTestError, match="Rolled back: restored app 'translator' from the last good"):
         smoke.execute({"run_id": "r1"})
-    assert serve.app(APP) == good["applications"][0]
+    assert serve.app(APP) == restored(good)
     assert "nothing to roll back" in guard().execute({"run_id": "r1"})
+
+
+def restored(good: dict) -> dict:
+    """The last good app as a rollback puts it back: rolled out start-before-stop (Serve's max_surge_percent)."""
+    from raylift.config import ROLLOUT_SURGE_REPLICAS
+    from raylift.rollout import with_native_surge
+
+    return with_native_surge(good["applications"][0], ROLLOUT_SURGE_REPLICAS)
 
 
 def deploy_op(model: str, **kwargs: Any) -> Any:

@@ -166,7 +166,7 @@ class ServeDeployOperator(TargetOperator):
         return False
 
     def execute(self, context: Any) -> Any:
-        from raylift.rollout import surge_config
+        from raylift.rollout import with_native_surge
         from raylift.serve_config import app_kind, config_hash, merge_app
 
         watch = Stopwatch()
@@ -181,7 +181,8 @@ class ServeDeployOperator(TargetOperator):
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
                                         working_dir=(app.get("runtime_env") or {}).get("working_dir"))
         defaults = {**self._base, **target.serve_cluster_options()}
-        config = merge_app(current, app, defaults=defaults)
+        # start-before-stop by Serve itself (raylift.rollout): a lightweight option, harmless on a new app
+        config = merge_app(current, with_native_surge(app, self.surge), defaults=defaults)
         run_id = context["run_id"]
         # Before the PUT: what serves now and what this run applies ("applied, not yet proven"). A retry
         # whose earlier try applied and then died (worker lost after the PUT) gets that try's snapshot
@@ -193,19 +194,16 @@ class ServeDeployOperator(TargetOperator):
                 "after the PUT?): finishing the rollout from the config that served before that try", run_id,
                 self.app_name,
             )
-        surged = surge_config(earlier if earlier is not None else current, config, str(self.app_name),
-                              extra=self.surge)
         from raylift.serve_writer import write_serve_config
 
         # under the cluster's lock, and only if nobody changed the cluster's config since it was read
-        write_serve_config(target, surged or config, read=current)
+        write_serve_config(target, config, read=current)
         self.log.info(
             "submitted Serve config %s (app %r, %s app(s) in total%s) in %s; waiting for RUNNING",
             config_hash(config)[:12], self.app_name, len(config["applications"]),
-            ", start-before-stop with a surge replica" if surged else "", watch,
+            f", start-before-stop with {self.surge} surge replica(s)" if self.surge and not dark else "", watch,
         )
         context["ti"].xcom_push(key="serve_config", value=config)
-        context["ti"].xcom_push(key="surged", value=surged is not None)
         if dark:
             import time
 
@@ -236,10 +234,6 @@ class ServeDeployOperator(TargetOperator):
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
         if event.get("status") == "success":
             self.log.info("Serve apps RUNNING: %s", event.get("apps"))
-            if context["ti"].xcom_pull(task_ids=self.task_id, key="surged"):
-                from raylift.rollout import settle
-
-                settle(self.target_impl, config, str(self.app_name))
             app = app_by_name(config, str(self.app_name)) or {}
             seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
             running_at = datetime.fromtimestamp(seen, timezone.utc) if seen else datetime.now(timezone.utc)
