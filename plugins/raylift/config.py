@@ -118,10 +118,10 @@ CLUSTER_READY_TIMEOUT_S = 180
 DEPLOY_TIMEOUT_S = 600
 # A check run as a Ray job on a cluster raylift did not start (target 'ray'): importing vLLM there is ~20 s.
 RAY_JOB_TIMEOUT_S = 300.0
-# Start-before-stop rollouts: Ray Serve 2.60 stops an old replica *before* starting its replacement
-# (rolling waves of max(20 % of replicas, 1)), so a 1-replica app goes dark during every code update.
-# raylift asks for this many extra replicas while a new version rolls out, then scales back.
-# 0 turns it off (for clusters with no room for one more replica). Env RAYLIFT_ROLLOUT_SURGE overrides.
+# Start-before-stop rollouts: Ray Serve 2.60, at its default, stops an old replica *before* starting its
+# replacement (rolling waves of max(20 % of replicas, 1)), so a 1-replica app goes dark during every code
+# update. raylift sets each deployment's max_surge_percent for this many extra replicas (raylift.rollout);
+# the default of the surge_replicas Param. 0: stop-before-start. Env RAYLIFT_ROLLOUT_SURGE overrides.
 ROLLOUT_SURGE_REPLICAS = int(os.environ.get("RAYLIFT_ROLLOUT_SURGE", "1"))
 POLL_INTERVAL_S = 3.0
 # Scale-down: how long a worker being removed may take to hand its Serve replicas to the other nodes (Ray's node
