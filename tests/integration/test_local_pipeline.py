@@ -6,14 +6,14 @@ One module-scoped stack (a head and 1 worker node), its tests in order:
    raylift plugin;
 2. reliability under a bounded streaming load from raylift's own load generator (every request it
    sent is counted):
+   (0) the worker node is scaled away: it is drained first, no request fails; then it comes back;
    (a) one replica's Ray worker process is SIGKILLed: the error rate stays under 1 % and Serve brings
        the app back to 2 replicas;
    (b) a version that fails its release gate is deployed: the benchmark step rolls back to the last
        good config, the run fails naming the metric and both values, and the load sees no failure;
 3. a deliberately broken deploy is rolled back while the previous version keeps answering;
 4. new weights under the same model id are served with no failed request;
-5. scaling the worker away under load drains it first (no failed request);
-6. teardown stops the cluster.
+5. teardown stops the cluster.
 The tests share one stack because a stack (cluster, engine starts, a deploy) is minutes on 2 cores.
 """
 
@@ -257,6 +257,53 @@ def test_extra_link_resolves_on_the_api_server(stack: LocalStack, plugin_server:
         assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
     # with the api-server up, the demo prints the URL to open (after logging in to Airflow)
     assert f"report:    {url}{link}  (log in to Airflow to open it)" in demo_summary(stack)
+
+
+# -- 2. reliability under load: the worker scaled away, a replica killed, a gate failure --------------
+@pytest.mark.timeout(RECOVERY_TIMEOUT_S + 300)
+def test_scaling_the_worker_away_under_load_fails_no_request(stack: LocalStack) -> None:
+    """1 worker -> 0 under load: the scale step drains the worker (Ray's node drain; Serve starts each replacement
+    on the head before stopping the replica) and only then stops it. Before the drain, SIGTERM to the worker's
+    process group took its replica with the requests in flight. Right after the first deploy, whose 2 replicas
+    Serve spread over the head and the worker; the worker comes back afterwards for the tests that need it."""
+    app = wait_recovered(stack, set())
+    nodes = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
+    worker = [n["node_id"] for n in nodes["data"]["result"]["result"] if n["state"] == "ALIVE" and not n["is_head_node"]]
+    assert len(worker) == 1
+    on_worker = [r["replica_id"] for r in running_replicas(app) if r["node_id"] == worker[0]]
+    assert on_worker, f"Serve put neither replica on the worker: {[r['node_id'] for r in running_replicas(app)]}"
+    scale = "import logging; logging.basicConfig(level=logging.INFO); " \
+            "from raylift.targets import get_target; get_target('local').scale(workers={})"  # the scale step's call
+    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=RECOVERY_TIMEOUT_S + 120) as load:
+        load.wait_for(10)
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", scale.format(0)], env=stack.env, capture_output=True,
+                              text=True, timeout=RECOVERY_TIMEOUT_S + 60)
+        scaled_s = time.monotonic() - started
+        load.wait_for(len(load.records) + 5)  # and the app answers on the head alone
+    report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled,
+              "scale_down_s": round(scaled_s, 1), "moved": on_worker}
+    (stack.home / "scale-down.json").write_text(json.dumps(report, indent=2))
+    print("scale-down:", report)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "drained: no Serve replica left on it" in done.stderr, done.stderr[-3000:]
+    assert load.cancelled == 0 and load.errors() == [], (report, load.errors()[:5])
+    after = wait_recovered(stack, set(on_worker), timeout_s=60)  # Serve's own view: 2 replicas, on the head
+    alive = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
+    assert [n["is_head_node"] for n in alive["data"]["result"]["result"] if n["state"] == "ALIVE"] == [True]
+    assert worker[0] not in {r["node_id"] for r in running_replicas(after)}
+    # the worker back, empty, for the surge and kill tests that follow
+    back = subprocess.run([sys.executable, "-c", scale.format(1)], env=stack.env, capture_output=True, text=True,
+                          timeout=300)
+    assert back.returncode == 0, back.stderr[-3000:]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        nodes = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
+        if sum(n["state"] == "ALIVE" for n in nodes["data"]["result"]["result"]) == 2:
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError("the worker did not come back in 120 s")
 
 
 # -- 2a. a replica's worker process is killed under load ------------------------------------------
@@ -503,38 +550,6 @@ def test_new_weights_under_the_same_model_id_are_served_without_a_failed_request
     assert served == record["model"]["uri"] and served.endswith(f"sha256-{record['model']['digest'][:16]}"), served
     good = json.loads((stack.home / "model-store/_raylift/local/llm/last_good.json").read_text())
     assert good["run_id"] == record["run_id"] and good["model"] == served
-
-
-@pytest.mark.timeout(RECOVERY_TIMEOUT_S + 300)
-def test_scaling_the_worker_away_under_load_fails_no_request(stack: LocalStack) -> None:
-    """1 worker -> 0 under load: the scale step drains the worker (Ray's node drain; Serve starts each replacement
-    on the head before stopping the replica) and only then stops it. Before the drain, SIGTERM to the worker's
-    process group took its replica with the requests in flight."""
-    app = wait_recovered(stack, set())
-    nodes = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
-    worker = [n["node_id"] for n in nodes["data"]["result"]["result"] if n["state"] == "ALIVE" and not n["is_head_node"]]
-    assert len(worker) == 1
-    on_worker = [r["replica_id"] for r in running_replicas(app) if r["node_id"] == worker[0]]
-    assert on_worker, "Serve spreads the 2 replicas over the head and the worker; none is on the worker"
-    scale = [sys.executable, "-c", "import logging; logging.basicConfig(level=logging.INFO); "
-             "from raylift.targets import get_target; get_target('local').scale(workers=0)"]  # the scale step's call
-    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=RECOVERY_TIMEOUT_S + 120) as load:
-        load.wait_for(10)
-        started = time.monotonic()
-        done = subprocess.run(scale, env=stack.env, capture_output=True, text=True, timeout=RECOVERY_TIMEOUT_S + 60)
-        scaled_s = time.monotonic() - started
-        load.wait_for(len(load.records) + 5)  # and the app answers on the head alone
-    report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled,
-              "scale_down_s": round(scaled_s, 1), "moved": on_worker}
-    (stack.home / "scale-down.json").write_text(json.dumps(report, indent=2))
-    print("scale-down:", report)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "drained: no Serve replica left on it" in done.stderr, done.stderr[-3000:]
-    assert load.cancelled == 0 and load.errors() == [], (report, load.errors()[:5])
-    after = wait_recovered(stack, set(on_worker), timeout_s=60)  # Serve's own view: 2 replicas, on the head
-    alive = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
-    assert [n["is_head_node"] for n in alive["data"]["result"]["result"] if n["state"] == "ALIVE"] == [True]
-    assert {r["node_id"] for r in running_replicas(after)} != {worker[0]}
 
 
 def test_teardown_dag_stops_the_cluster(stack: LocalStack) -> None:
