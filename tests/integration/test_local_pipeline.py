@@ -285,25 +285,30 @@ def test_scaling_the_worker_away_under_load_fails_no_request(stack: LocalStack) 
               "scale_down_s": round(scaled_s, 1), "moved": on_worker}
     (stack.home / "scale-down.json").write_text(json.dumps(report, indent=2))
     print("scale-down:", report)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "drained: no Serve replica left on it" in done.stderr, done.stderr[-3000:]
-    assert load.cancelled == 0 and load.errors() == [], (report, load.errors()[:5])
-    after = wait_recovered(stack, set(on_worker), timeout_s=60)  # Serve's own view: 2 replicas, on the head
-    alive = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
-    assert [n["is_head_node"] for n in alive["data"]["result"]["result"] if n["state"] == "ALIVE"] == [True]
-    assert worker[0] not in {r["node_id"] for r in running_replicas(after)}
-    # the worker back, empty, for the surge and kill tests that follow
-    back = subprocess.run([sys.executable, "-c", scale.format(1)], env=stack.env, capture_output=True, text=True,
-                          timeout=300)
-    assert back.returncode == 0, back.stderr[-3000:]
-    deadline = time.monotonic() + 120
+    try:
+        logged = done.stdout + done.stderr  # raylift's log lines go where Airflow's logging sends them (stdout)
+        assert done.returncode == 0, logged[-3000:]
+        assert "drained: no Serve replica left on it" in logged, logged[-3000:]
+        assert load.cancelled == 0 and load.errors() == [], (report, load.errors()[:5])
+        after = wait_recovered(stack, set(on_worker), timeout_s=60)  # Serve's own view: 2 replicas, on the head
+        assert worker[0] not in {r["node_id"] for r in running_replicas(after)}
+        assert wait_alive_nodes(stack, 1), "the drained worker's node is still alive in Ray's records"
+    finally:  # the worker back, empty, for the surge and kill tests that follow, whatever happened
+        back = subprocess.run([sys.executable, "-c", scale.format(1)], env=stack.env, capture_output=True,
+                              text=True, timeout=300)
+        assert back.returncode == 0, (back.stdout + back.stderr)[-3000:]
+        assert wait_alive_nodes(stack, 2), "the worker did not come back in 120 s"
+
+
+def wait_alive_nodes(stack: LocalStack, count: int, timeout_s: float = 120) -> bool:
+    """Until Ray's state API lists ``count`` alive nodes (False after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         nodes = httpx.get(f"{stack.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=10).json()
-        if sum(n["state"] == "ALIVE" for n in nodes["data"]["result"]["result"]) == 2:
-            break
+        if sum(n["state"] == "ALIVE" for n in nodes["data"]["result"]["result"]) == count:
+            return True
         time.sleep(2)
-    else:
-        raise AssertionError("the worker did not come back in 120 s")
+    return False
 
 
 # -- 2a. a replica's worker process is killed under load ------------------------------------------
