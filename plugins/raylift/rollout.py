@@ -104,6 +104,13 @@ def surge_percent(extra: int, replicas: int) -> int:
     return min(100, percent)
 
 
+def replica_floor(deployment: dict[str, Any]) -> int:
+    """The replicas a deployment config keeps running: its fixed count, or its autoscaling floor (Serve's
+    defaults: 1)."""
+    auto = deployment.get("autoscaling_config")
+    return int(auto.get("min_replicas", 1)) if isinstance(auto, dict) else int(deployment.get("num_replicas", 1))
+
+
 def with_native_surge(app: dict[str, Any], extra: int) -> dict[str, Any]:
     """``app`` with each deployment's ``max_surge_percent`` set for ``extra`` surge replicas (its fixed count,
     or its autoscaling floor); ``extra`` 0 leaves Serve's default (stop-before-start)."""
@@ -111,9 +118,7 @@ def with_native_surge(app: dict[str, Any], extra: int) -> dict[str, Any]:
     if extra <= 0:
         return out
     for dep in out.get("deployments", []):
-        auto = dep.get("autoscaling_config")
-        replicas = int(auto.get("min_replicas", 1)) if isinstance(auto, dict) else int(dep.get("num_replicas", 1))
-        dep["max_surge_percent"] = surge_percent(extra, replicas)
+        dep["max_surge_percent"] = surge_percent(extra, replica_floor(dep))
     return out
 
 

@@ -170,7 +170,7 @@ class RayDashboardHook(BaseHook):
         for app, details in (payload.get("applications") or {}).items():
             for name, deployment in (details.get("deployments") or {}).items():
                 options = (deployment.get("deployment_config") or {}).get("ray_actor_options") or {}
-                cpus = float(options.get("num_cpus", 1) if options.get("num_cpus") is not None else 1)
+                cpus = 1.0 if options.get("num_cpus") is None else float(options["num_cpus"])
                 for replica in deployment.get("replicas") or []:
                     if replica.get("node_id") and replica.get("state") != "STOPPING":
                         out.setdefault(replica["node_id"], {})[f"{app}/{name}/{replica.get('replica_id')}"] = cpus

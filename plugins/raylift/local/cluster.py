@@ -224,10 +224,11 @@ class LocalRayCluster:
         """The custom resource a worker node carries to be found in Ray's node records."""
         return f"raylift_{role.replace('-', '_')}"
 
-    def node_id(self, role: str) -> str | None:
+    def node_id(self, role: str, alive: list[dict] | None = None) -> str | None:
         """The Ray node id of worker ``role``: the alive node carrying its tag, else (a worker started before
-        tags) the only alive worker node; None when it cannot be told."""
-        nodes = [n for n in self.dashboard.alive_nodes() if not n.get("is_head_node")]
+        tags) the only alive worker node; None when it cannot be told. ``alive``: Ray's alive-node records,
+        if the caller has them already."""
+        nodes = [n for n in (self.dashboard.alive_nodes() if alive is None else alive) if not n.get("is_head_node")]
         tagged = [n for n in nodes if self.node_tag(role) in (n.get("resources_total") or {})]
         found = tagged or (nodes if len(nodes) == 1 else [])
         return str(found[0]["node_id"]) if found else None
@@ -237,10 +238,12 @@ class LocalRayCluster:
         ``timeout_s`` as the deadline) makes Serve start each replacement on another node and stop the old
         replica gracefully once it runs. Returns when no replica is left on the node.
 
-        :raises ClusterError: the replicas did not leave in ``timeout_s`` (no room on the other nodes?); the
-            node is left running, so nothing serving is lost.
+        :raises ClusterError: the replicas do not fit on the other nodes (checked before the drain: nothing is
+            stopped), or they did not leave in ``timeout_s`` (the node is left running; Serve stops what is left
+            on it at the drain's deadline).
         """
-        node_id = self.node_id(role)
+        alive = self.dashboard.alive_nodes()
+        node_id = self.node_id(role, alive)
         if node_id is None:
             log.warning("cannot tell which Ray node is %s: stopping it without draining", role)
             return
@@ -250,7 +253,7 @@ class LocalRayCluster:
         # Serve stops a replica on a draining node at the drain's deadline even if its replacement never
         # started, so the replicas must fit on the other nodes before the drain begins.
         need = sum(placed[node_id].values())
-        others = [n for n in self.dashboard.alive_nodes() if n["node_id"] != node_id]
+        others = [n for n in alive if n["node_id"] != node_id]
         free = sum(float((n.get("resources_total") or {}).get("CPU", 0)) for n in others) - sum(
             sum(cpus.values()) for other, cpus in placed.items() if other != node_id)
         if need > free:

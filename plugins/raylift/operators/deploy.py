@@ -21,13 +21,6 @@ from raylift.operators.base import Stopwatch, TargetOperator
 from raylift.targets.base import Artifact, StagedModel
 
 
-def _replicas(app: dict[str, Any]) -> int:
-    """The replicas an app config asks for (its autoscaling floor when it autoscales)."""
-    deployments = app.get("deployments") or [{}]
-    autoscaling = deployments[0].get("autoscaling_config") or {}
-    return int(autoscaling.get("min_replicas", deployments[0].get("num_replicas", 1)) or 0)
-
-
 class ServeDeployOperator(TargetOperator):
     """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
     on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order)."""
@@ -136,7 +129,7 @@ class ServeDeployOperator(TargetOperator):
         (the old replicas run until the new ones do): refused before anything is applied when it does not fit.
         Returns whether this is a stop-before-start code update (surge 0), which leaves the app dark."""
         from raylift.errors import ServeFitError
-        from raylift.rollout import restarts_replicas, with_surge
+        from raylift.rollout import replica_floor, restarts_replicas, with_surge
         from raylift.serve_config import app_by_name
 
         old = app_by_name(current, str(self.app_name))
@@ -146,7 +139,7 @@ class ServeDeployOperator(TargetOperator):
             return False
         if surge == 0:
             self.check_fit(app, current)
-            running = _replicas(old or {})
+            running = replica_floor(((old or {}).get("deployments") or [{}])[0])
             self.log.warning(
                 "surge_replicas is 0: stop-before-start. Serve stops the old replicas of %r in waves of "
                 "max(20 %%, 1) before their replacements load the model, so with %s replica(s) the app has %s "
