@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from raylift.assets import model_asset, model_asset_uri, staged_model_alias, staged_model_extra
 from raylift.config import STAGED_MODEL_ALIAS
-from raylift.targets.base import StagedModel
+from raylift.records import StagedModel
 
 
 def staged(uri: str) -> StagedModel:

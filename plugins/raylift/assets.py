@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias
 
 from raylift.config import STAGED_MODEL_ALIAS
-from raylift.targets.base import StagedModel
+from raylift.records import StagedModel
 
 EXTRA_KEYS = ("model_id", "revision", "uri", "manifest_uri")
 

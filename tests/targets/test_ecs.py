@@ -17,7 +17,7 @@ import pytest
 from raylift.aws.content import image_content_digest, image_tag
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.targets import get_target
-from raylift.targets.base import Artifact
+from raylift.records import Artifact
 from raylift.targets.ecs import EcsTarget
 from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster, tool_target_options
 from tests.fixtures.http_standin import JsonHandler, serve_http

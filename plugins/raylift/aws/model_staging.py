@@ -26,7 +26,7 @@ from raylift.staging.manifest import MANIFEST_NAME, Manifest, content_digest, sh
 from raylift.staging.sources import HUB_REPO_RE, hub_token_from_connection, resolve_source
 from raylift.staging.stage import content_key
 from raylift.store import safe_key
-from raylift.targets.base import StagedModel
+from raylift.records import StagedModel
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from raylift.errors import BuildError
 from raylift.operators.base import Stopwatch, TargetOperator
-from raylift.targets.base import Artifact
+from raylift.records import Artifact
 
 # Extra time the defer timeout allows over the trigger's own timeout (the trigger reports first).
 DEFER_MARGIN_S = 300

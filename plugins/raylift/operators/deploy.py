@@ -18,7 +18,7 @@ from typing import Any
 from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS, SERVE_APPS_DIR_NAME, repo_root
 from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
-from raylift.targets.base import Artifact, StagedModel
+from raylift.records import Artifact, StagedModel
 
 
 class ServeDeployOperator(TargetOperator):

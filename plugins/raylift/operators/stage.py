@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from raylift.operators.base import Stopwatch, TargetOperator
-from raylift.targets.base import StagedModel
+from raylift.records import StagedModel
 
 
 class StageModelOperator(TargetOperator):

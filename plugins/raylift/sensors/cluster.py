@@ -10,7 +10,8 @@ from typing import Any
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
 from raylift.errors import ClusterError, ClusterNotReadyError
-from raylift.targets.base import ClusterExpectation, Target
+from raylift.records import ClusterExpectation
+from raylift.targets.base import Target
 
 DEFER_MARGIN_S = 120
 

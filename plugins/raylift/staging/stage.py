@@ -19,7 +19,7 @@ from raylift.errors import StagingError
 from raylift.staging.manifest import MANIFEST_NAME, Manifest, content_digest, file_entry
 from raylift.staging.sources import resolve_source
 from raylift.store import TMP_MARK, LocalStore, ObjectStore, safe_key
-from raylift.targets.base import StagedModel
+from raylift.records import StagedModel
 
 log = logging.getLogger(__name__)
 SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")

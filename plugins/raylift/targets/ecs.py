@@ -12,9 +12,9 @@ import time
 from functools import cached_property
 from typing import Any
 
-from raylift.aws.target_common import AwsTarget, one_of, split_options
+from raylift.targets.aws import AwsTarget, one_of, split_options
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
-from raylift.targets.base import Artifact, ClusterExpectation, ClusterState
+from raylift.records import Artifact, ClusterExpectation, ClusterState
 
 log = logging.getLogger(__name__)
 

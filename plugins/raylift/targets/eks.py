@@ -13,9 +13,9 @@ import math
 from functools import cached_property
 from typing import Any
 
-from raylift.aws.target_common import AwsTarget, one_of, split_options
+from raylift.targets.aws import AwsTarget, one_of, split_options
 from raylift.errors import ClusterError, DeployError, RayliftValueError
-from raylift.targets.base import ClusterExpectation, ClusterState
+from raylift.records import ClusterExpectation, ClusterState
 
 log = logging.getLogger(__name__)
 

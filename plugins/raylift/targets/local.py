@@ -14,7 +14,8 @@ from raylift.hooks.ray_dashboard import RayDashboardHook
 from raylift.local.cluster import LocalRayCluster
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
-from raylift.targets.base import Artifact, ClusterExpectation, ClusterState, StagedModel, Target
+from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
+from raylift.targets.base import Target
 from raylift.triggers.serve import ServeApplicationsTrigger
 
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from raylift.config import RAY_JOB_TIMEOUT_S, LocalSettings
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook
-from raylift.targets.base import ClusterExpectation
+from raylift.records import ClusterExpectation
 from raylift.targets.local import LocalTarget
 from raylift.triggers.serve import ServeApplicationsTrigger
 

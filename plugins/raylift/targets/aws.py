@@ -15,7 +15,8 @@ from raylift.aws.content import (
 from raylift.aws.model_staging import S3Destination, stage_model_to_s3
 from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
 from raylift.errors import RayliftValueError
-from raylift.targets.base import Artifact, StagedModel, Target
+from raylift.records import Artifact, StagedModel
+from raylift.targets.base import Target
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
