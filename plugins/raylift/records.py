@@ -47,7 +47,7 @@ class StagedModel(XcomRecord):
     copied_files: int = 0
     skipped_files: int = 0
     copied_bytes: int = 0
-    digest: str = ""  # content digest of ``files`` (raylift.staging.manifest.content_digest); names ``uri``
+    digest: str = ""  # content digest of ``files`` (raylift.manifest.content_digest); names ``uri``
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class LocalStore(ObjectStore):
     def upload_file(self, key: str, path: Path, *, sha256: str | None = None) -> None:
         """Copy under a temporary name unique to this writer, re-hash the copy when ``sha256`` is given,
         and only then rename it into place: a reader sees the old file or the verified new one."""
-        from raylift.staging.manifest import sha256_file
+        from raylift.manifest import sha256_file
 
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)

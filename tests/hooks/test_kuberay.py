@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from raylift.errors import KubernetesApiError
+from raylift.errors import KubernetesApiError, ManifestValidationError
 from raylift.hooks.kuberay import KubeRayHook, RayServiceStatus, rayservice_status
 from raylift.kuberay.manifest import render_rayservice
 from tests.fixtures.kube_api import APPLY_CONTENT_TYPE, KubeApiStandIn, kube_api  # noqa: F401 - fixture
@@ -33,6 +33,31 @@ def test_apply_is_server_side_apply_with_raylift_field_manager(kube_api: KubeApi
     stored = kube_api.stored("raylift", "llm")
     assert stored["spec"] == manifest()["spec"]
     assert stored["metadata"]["managedFields"][0]["manager"] == "raylift"
+
+
+def test_the_api_server_refuses_a_misspelt_field_because_raylift_asks_for_strict_validation(
+    kube_api: KubeApiStandIn,
+) -> None:
+    bad = manifest()
+    bad["spec"]["rayClusterConfig"]["workerGroupSpec"] = []  # typo of workerGroupSpecs
+    with pytest.raises(ManifestValidationError, match=r"spec\.rayClusterConfig.*workerGroupSpec.*nothing was applied"):
+        KubeRayHook().apply_rayservice(bad)
+    assert parse_qs(urlsplit(kube_api.requests[-1][1]).query)["fieldValidation"] == ["Strict"]
+    assert kube_api.stored("raylift", "llm") is None
+
+
+def test_a_dry_run_is_validated_by_the_server_and_changes_nothing(kube_api: KubeApiStandIn) -> None:
+    hook = KubeRayHook()
+    hook.apply_rayservice(manifest())
+    before = kube_api.stored("raylift", "llm")
+    returned = hook.apply_rayservice(manifest(workers=3), dry_run=True)
+    assert returned["spec"] == manifest(workers=3)["spec"]
+    assert parse_qs(urlsplit(kube_api.requests[-1][1]).query)["dryRun"] == ["All"]
+    assert kube_api.stored("raylift", "llm") == before
+    bad = manifest()
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(ManifestValidationError, match=r"replicas"):
+        hook.apply_rayservice(bad, dry_run=True)
 
 
 def test_reapplying_the_same_spec_keeps_the_generation(kube_api: KubeApiStandIn) -> None:

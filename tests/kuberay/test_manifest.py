@@ -10,7 +10,7 @@ import yaml
 
 from raylift.errors import ManifestValidationError, RayliftValueError
 from raylift.kuberay import manifest as m
-from raylift.kuberay.crd import CrdNotFoundError, crds_dir
+from tests.fixtures.kuberay_crd import CrdNotFoundError, crds_dir, validate
 from raylift.kuberay.profiles import GPU_RESOURCE, NEURON_RESOURCE, PROFILES
 from tests.kuberay.serve_configs import serve_config
 
@@ -34,7 +34,7 @@ def test_crd_is_read_from_shared_reference_not_the_project() -> None:
 @pytest.mark.parametrize("strategy", m.UPGRADE_STRATEGIES)
 def test_every_profile_and_strategy_validates_against_the_crd(profile: str, strategy: str) -> None:
     manifest = render(profile, upgrade_strategy=strategy)
-    m.validate_rayservice(manifest)
+    validate(manifest)
     assert manifest["apiVersion"] == "ray.io/v1" and manifest["kind"] == "RayService"
     assert manifest["spec"]["upgradeStrategy"]["type"] == strategy
     assert manifest["spec"]["rayClusterConfig"]["rayVersion"] == m.config.RAY_VERSION
@@ -148,7 +148,7 @@ def test_broken_manifest_is_refused_naming_the_path(breakage, path: str) -> None
     manifest = copy.deepcopy(render())
     breakage(manifest["spec"])
     with pytest.raises(ManifestValidationError) as info:
-        m.validate_rayservice(manifest)
+        validate(manifest)
     assert info.value.path == path
     assert path in str(info.value)
     clone = pickle.loads(pickle.dumps(info.value))
@@ -161,13 +161,13 @@ def test_int_or_string_quantities_accept_both_forms() -> None:
     limits = head["template"]["spec"]["containers"][0]["resources"]["limits"]
     limits["cpu"] = 2
     limits["memory"] = "8Gi"
-    m.validate_rayservice(manifest)
+    validate(manifest)
 
 
 def test_missing_crd_dir_says_which_variable_to_set(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("RAYLIFT_KUBERAY_CRDS", str(tmp_path))
     with pytest.raises(CrdNotFoundError, match="RAYLIFT_KUBERAY_CRDS"):
-        m.validate_rayservice(render())
+        validate(render())
 
 
 def test_to_apply_config_drops_status_and_server_fields() -> None:
@@ -209,7 +209,7 @@ def _containers(manifest):
 
 def test_service_account_reaches_every_pod_and_validates() -> None:
     manifest = render(service_account="ray")  # render_rayservice validates nothing itself: check the CRD too
-    m.validate_rayservice(manifest)
+    validate(manifest)
     cluster = manifest["spec"]["rayClusterConfig"]
     pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
     assert {p["serviceAccountName"] for p in pods} == {"ray"}
@@ -218,7 +218,7 @@ def test_service_account_reaches_every_pod_and_validates() -> None:
 
 def test_ray_token_auth_names_the_secret_and_validates() -> None:
     manifest = render(ray_auth_secret="ray-auth-token")
-    m.validate_rayservice(manifest)
+    validate(manifest)
     assert manifest["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
     assert "ray-auth-token" not in str(list(_containers(manifest)))  # KubeRay injects the env; no token here
     assert "authOptions" not in render()["spec"]["rayClusterConfig"]

@@ -9,7 +9,7 @@ import pytest
 
 from raylift.errors import ModelSourceError, UnsafePathError
 from raylift.staging import stage_model
-from raylift.staging.manifest import MANIFEST_NAME, sha256_file
+from raylift.manifest import MANIFEST_NAME, sha256_file
 from raylift.store import LocalStore
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-from raylift.errors import KubernetesApiError, RayliftValueError
+from raylift.errors import KubernetesApiError, ManifestValidationError, RayliftValueError
 from raylift.kuberay.manifest import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION, to_apply_config
 from raylift.kuberay.status import AppStatus, RayServiceStatus, rayservice_status
 
@@ -46,14 +46,20 @@ class KubeRayHook(KubernetesHook):
             kubernetes_conn_id=kubernetes_conn_id, in_cluster=in_cluster, config_dict=config_dict
         )
 
-    def apply_rayservice(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply (``fieldManager=raylift``, ``force``): create or update; returns the object."""
+    def apply_rayservice(self, manifest: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply (``fieldManager=raylift``, ``force``): create or update; returns the object.
+
+        The API server validates against the installed KubeRay CRD with ``fieldValidation=Strict``, so a
+        misspelt field is refused rather than silently dropped. ``dry_run``: validate only, change nothing
+        (the deploy checks a manifest this way before it records or replaces anything).
+        """
         meta = manifest.get("metadata") or {}
         if manifest.get("kind") != KIND or not meta.get("name") or not meta.get("namespace"):
             raise RayliftValueError(
                 "apply_rayservice needs a RayService manifest with metadata.name and metadata.namespace."
             )
-        self.log.info("Applying RayService %s/%s", meta["namespace"], meta["name"])
+        self.log.info("%s RayService %s/%s", "Validating" if dry_run else "Applying", meta["namespace"], meta["name"])
+        extra = {"dry_run": "All"} if dry_run else {}
         try:
             # Raw response: the generated client maps only HTTP 200 to a body, but an apply that
             # creates the object answers 201 Created.
@@ -66,10 +72,18 @@ class KubeRayHook(KubernetesHook):
                 body=manifest,
                 field_manager=FIELD_MANAGER,
                 force=True,
+                field_validation="Strict",
                 _content_type=APPLY_CONTENT_TYPE,
                 _preload_content=False,
+                **extra,
             )
         except _api_exception() as err:
+            if err.status in (400, 422):  # the manifest, not the cluster: name the field the server named
+                raise ManifestValidationError(
+                    f"The Kubernetes API refused RayService {meta['namespace']}/{meta['name']}: "
+                    f"{_api_message(err)}. Fix that field in the profile or the render arguments; "
+                    "nothing was applied."
+                ) from None
             raise _api_error("apply", meta["namespace"], meta["name"], err) from None
         return json.loads(response.data)
 
@@ -108,7 +122,7 @@ def _api_exception() -> type[ApiException]:
     return ApiException
 
 
-def _api_error(verb: str, namespace: str, name: str, err: Any) -> KubernetesApiError:
+def _api_message(err: Any) -> str:
     """The API's own Status message (never the request headers, which carry the token)."""
     reason = getattr(err, "reason", "") or ""
     try:
@@ -116,6 +130,11 @@ def _api_error(verb: str, namespace: str, name: str, err: Any) -> KubernetesApiE
         reason = body.get("message") or reason
     except (TypeError, ValueError):
         pass
+    return str(reason)
+
+
+def _api_error(verb: str, namespace: str, name: str, err: Any) -> KubernetesApiError:
+    reason = _api_message(err)
     return KubernetesApiError(
         f"Kubernetes refused to {verb} RayService {namespace}/{name}: HTTP {err.status}: {reason}. "
         "Check the connection's cluster, credentials (RBAC on rayservices.ray.io) and that KubeRay "

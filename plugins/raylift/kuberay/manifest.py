@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 
 from raylift import config
 from raylift.errors import RayliftValueError
-from raylift.kuberay import crd
 from raylift.kuberay.profiles import NodeProfile, PodProfile, get_profile
 
 API_VERSION = "ray.io/v1"
@@ -46,11 +45,6 @@ class InvalidRayServiceError(RayliftValueError):
 
 class SecretInManifestError(RayliftValueError):
     """A value that looks like a credential was about to be written into a manifest."""
-
-
-def validate_rayservice(manifest: dict[str, Any]) -> None:
-    """Check ``manifest`` against the KubeRay RayService CRD; raise naming the failing JSON path."""
-    crd.validate(manifest, plural=PLURAL, version=VERSION)
 
 
 def render_rayservice(

@@ -1,7 +1,7 @@
 """Copy a resolved model folder into an ObjectStore, skipping files the manifest says are already there.
 
 The model's place in the store is named by its content: ``<model>/<revision>/sha256-<digest[:16]>/``
-(:func:`raylift.staging.manifest.content_digest`). Different weights under the same ``model_id`` and
+(:func:`raylift.manifest.content_digest`). Different weights under the same ``model_id`` and
 revision land in a new folder, so files of two versions never mix, a folder a replica loads is never
 rewritten with other bytes, and the Serve app's ``args.model`` changes (a new code version: replicas
 restart start-before-stop instead of keeping the old weights).
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from raylift.errors import StagingError
-from raylift.staging.manifest import MANIFEST_NAME, Manifest, content_digest, file_entry
+from raylift.manifest import MANIFEST_NAME, Manifest, content_digest, file_entry
 from raylift.staging.sources import resolve_source
 from raylift.store import TMP_MARK, LocalStore, ObjectStore, safe_key
 from raylift.records import StagedModel

@@ -250,7 +250,7 @@ class EksTarget(AwsTarget):
         return yaml.safe_load(obj["spec"].get("serveConfigV2") or "") or {"applications": []}
 
     def render(self, config: dict[str, Any], workers: int) -> dict[str, Any]:
-        from raylift.kuberay.manifest import render_rayservice, validate_rayservice
+        from raylift.kuberay.manifest import render_rayservice
 
         manifest = render_rayservice(
             name=self.rayservice_name,
@@ -266,14 +266,15 @@ class EksTarget(AwsTarget):
             service_account=self.service_account,
             ray_auth_secret=self.ray_auth_secret,
         )
-        validate_rayservice(manifest)
         return manifest
 
     def apply_serve_config(self, config: dict[str, Any]) -> None:
-        """Check headroom, render + validate, keep the spec being replaced, then server-side apply."""
+        """Render, have the API server validate it (dry run), check headroom, keep the spec being replaced,
+        then server-side apply. A refused manifest changes nothing that serves."""
         workers = self.recorded_workers()
         manifest = self.render(config, workers)
         hook = self._kuberay()
+        hook.apply_rayservice(manifest, dry_run=True)
         previous = hook.get_rayservice(self.rayservice_name, self.namespace)
         self.ensure_headroom(workers, upgrading=previous is not None)
         if previous is not None:
