@@ -1,21 +1,23 @@
 """An HTTPS tarball as a model source: downloaded with retries, checked, and extracted safely.
 
 A tarball is refused when a member would land outside the destination (``..``, absolute paths,
-links pointing out, devices) or when the download or archive is truncated.
+links pointing out, devices: tarfile's own ``data`` filter) or when the download or archive is truncated.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import posixpath
 import shutil
 import tarfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raylift.errors import ModelSourceError, UnsafePathError
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -41,57 +43,75 @@ def _redact(url: str) -> str:
 
 
 def download(url: str, dest: Path, *, attempts: int = 5, backoff_s: float = 1.0, timeout_s: float = 60.0) -> Tarball:
-    """Stream ``url`` to ``dest``; retry transport errors, 5xx/429 and short bodies with exponential backoff."""
+    """Stream ``url`` to ``dest``; retry transport errors, 5xx/429 and short bodies with exponential backoff
+    (tenacity), and name the last failure when the attempts run out."""
     import httpx
+    from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    last = ""
-    for attempt in range(1, attempts + 1):
-        tmp = dest.with_name(dest.name + ".part")
-        try:
-            with httpx.stream("GET", url, timeout=timeout_s, follow_redirects=True) as reply:
-                if reply.status_code == 429 or reply.status_code >= 500:
-                    raise _Retryable(f"HTTP {reply.status_code}")
-                if reply.status_code >= 400:
-                    raise ModelSourceError(
-                        f"Downloading {_redact(url)} failed with HTTP {reply.status_code}: check the URL and access."
-                    )
-                expected = int(reply.headers["content-length"]) if "content-length" in reply.headers else None
-                digest, size = hashlib.sha256(), 0
-                with tmp.open("wb") as fh:
-                    for chunk in reply.iter_raw(_CHUNK):
-                        fh.write(chunk)
-                        digest.update(chunk)
-                        size += len(chunk)
-                if expected is not None and size != expected:
-                    raise _Retryable(f"truncated download: {size} of {expected} bytes")
-            tmp.replace(dest)
-            return Tarball(dest, digest.hexdigest(), size)
-        except (_Retryable, httpx.TransportError) as exc:
-            last = f"{type(exc).__name__}: {exc}" if not isinstance(exc, _Retryable) else str(exc)
-            tmp.unlink(missing_ok=True)
-            if attempt < attempts:
-                wait = backoff_s * 2 ** (attempt - 1)
-                log.warning("Download of %s failed (%s); retry %d/%d in %.1fs", _redact(url), last, attempt, attempts, wait)
-                time.sleep(wait)
-    raise ModelSourceError(f"Downloading {_redact(url)} failed after {attempts} attempts ({last}).")
+
+    def warn(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning("Download of %s failed (%s); retry %d/%d in %.1fs", _redact(url), _why(exc),
+                    state.attempt_number, attempts, state.upcoming_sleep)  # fmt: skip
+
+    retrying = Retrying(
+        retry=retry_if_exception_type((_Retryable, httpx.TransportError)),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=backoff_s, max=60),
+        before_sleep=warn,
+    )
+    try:
+        return retrying(_download_once, url, dest, timeout_s)
+    except RetryError as exc:
+        last = _why(exc.last_attempt.exception())
+        raise ModelSourceError(f"Downloading {_redact(url)} failed after {attempts} attempts ({last}).") from None
+
+
+def _download_once(url: str, dest: Path, timeout_s: float) -> Tarball:
+    import httpx
+
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        with httpx.stream("GET", url, timeout=timeout_s, follow_redirects=True) as reply:
+            if reply.status_code == 429 or reply.status_code >= 500:
+                raise _Retryable(f"HTTP {reply.status_code}")
+            if reply.status_code >= 400:
+                raise ModelSourceError(
+                    f"Downloading {_redact(url)} failed with HTTP {reply.status_code}: check the URL and access."
+                )
+            expected = int(reply.headers["content-length"]) if "content-length" in reply.headers else None
+            digest, size = hashlib.sha256(), 0
+            with tmp.open("wb") as fh:
+                for chunk in reply.iter_raw(_CHUNK):
+                    fh.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+            if expected is not None and size != expected:
+                raise _Retryable(f"truncated download: {size} of {expected} bytes")
+        tmp.replace(dest)
+        return Tarball(dest, digest.hexdigest(), size)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _why(exc: BaseException | None) -> str:
+    """A retryable failure in a few words; a transport error's URL is never part of it (it may carry a query)."""
+    if exc is None or isinstance(exc, _Retryable):
+        return str(exc)
+    return type(exc).__name__
 
 
 class _Retryable(Exception):
     pass
 
 
-def _check_member(member: tarfile.TarInfo, archive: str) -> None:
-    name = member.name
-    norm = posixpath.normpath(name)
-    if name.startswith(("/", "\\")) or norm == ".." or norm.startswith("../") or "\\" in name:
-        raise UnsafePathError(f"Refusing {archive}: member {name!r} would be written outside the destination.")
-    if member.issym() or member.islnk():
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(norm), member.linkname))
-        if member.linkname.startswith("/") or target == ".." or target.startswith("../"):
-            raise UnsafePathError(f"Refusing {archive}: link {name!r} -> {member.linkname!r} points outside it.")
-    if member.isdev() or member.isfifo():
-        raise UnsafePathError(f"Refusing {archive}: member {name!r} is a device or FIFO.")
+def _refuse_unsafe(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter (it refuses "..", links leading out and device files), plus a refusal of
+    absolute names, which that filter would quietly make relative: a model archive has no reason to hold one."""
+    if member.name.startswith(("/", "\\")):
+        raise tarfile.AbsolutePathError(member)
+    return tarfile.data_filter(member, dest_path)
 
 
 def extract(archive: Path, dest: Path, *, label: str | None = None) -> Path:
@@ -106,17 +126,13 @@ def extract(archive: Path, dest: Path, *, label: str | None = None) -> Path:
     try:
         with tarfile.open(archive, "r:*") as tf:
             members = tf.getmembers()  # reads to the end: a truncated archive fails here
-            for member in members:
-                _check_member(member, label)
-            tf.extractall(tmp, members=members, filter="data")
+            tf.extractall(tmp, members=members, filter=_refuse_unsafe)
     except (tarfile.ReadError, EOFError, tarfile.CompressionError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ModelSourceError(f"Archive {label} is truncated or not a tar archive ({exc}): download it again.") from None
-    except (UnsafePathError, tarfile.FilterError) as exc:
+    except tarfile.FilterError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, UnsafePathError):
-            raise
-        raise UnsafePathError(f"Refusing {label}: {exc}") from None
+        raise UnsafePathError(f"Refusing {label}: {exc}. Nothing from it was kept.") from None
     shutil.rmtree(dest, ignore_errors=True)
     tmp.replace(dest)
     children = [p for p in dest.iterdir()]
