@@ -63,6 +63,7 @@ def _stream(
     client: httpx.Client, base: str, served_name: str, max_tokens: int, *, chat: bool
 ) -> dict[str, Any]:
     """One streamed request; text from ``delta.content`` (chat) or ``text`` (completions)."""
+    body: dict[str, Any]
     path, body = (
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Once upon a time"}]})
         if chat

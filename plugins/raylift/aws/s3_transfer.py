@@ -211,7 +211,7 @@ class S3Uploader:
         finished: queue.Queue[tuple[UploadJob, BaseException | None]] = queue.Queue()
         progress = self.progress
 
-        class Events(BaseSubscriber):  # type: ignore[misc]
+        class Events(BaseSubscriber):
             def __init__(self, job: UploadJob) -> None:
                 self.job = job
 

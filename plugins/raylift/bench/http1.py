@@ -21,7 +21,7 @@ import struct
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -463,7 +463,7 @@ class Http1Client:
             headers["connection"] = "close"
         return Response(code, headers, ns, conn, buf[end + 4 :], ns)
 
-    async def body(self, response: Response) -> AsyncIterator[tuple[int, bytes]]:
+    async def body(self, response: Response) -> AsyncGenerator[tuple[int, bytes], None]:
         """Yield the body as (arrival ns of its read, decoded bytes); then release the connection."""
         conn, headers = response._conn, response.headers
         keep = "close" not in headers.get("connection", "").lower()

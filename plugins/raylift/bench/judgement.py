@@ -168,7 +168,7 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
     rounds' sizes for it (``new_rounds``/``base_rounds``) and enough rounds."""
     import statistics
 
-    common = {"metric": metric, "concurrency": concurrency, "n_baseline": len(base), "n_new": len(new)}
+    common: dict[str, Any] = {"metric": metric, "concurrency": concurrency, "n_baseline": len(base), "n_new": len(new)}
     if len(new) < min_requests or len(base) < min_requests:
         return MetricJudgement(verdict=INCONCLUSIVE, needed_requests=min_requests,
                                note=f"fewer than {min_requests} samples", **common)
@@ -218,7 +218,7 @@ def judge_errors(concurrency: int, new: tuple[int, int], base: tuple[int, int], 
                  ) -> MetricJudgement:
     """Error rates (errors, requests) compared as proportions: Newcombe's interval of the difference."""
     (k1, n1), (k2, n2) = new, base
-    common = {"metric": "error_rate", "concurrency": concurrency, "n_baseline": n2, "n_new": n1}
+    common: dict[str, Any] = {"metric": "error_rate", "concurrency": concurrency, "n_baseline": n2, "n_new": n1}
     if n1 < 1 or n2 < 1:
         return MetricJudgement(verdict=SKIPPED, note="no requests", **common)
     p1, p2 = k1 / n1, k2 / n2

@@ -25,7 +25,7 @@ FIELD_MANAGER = "raylift"
 UPGRADE_STRATEGIES = ("NewCluster", "NewClusterWithIncrementalUpgrade", "None")
 # NewClusterWithIncrementalUpgrade shifts traffic through a Gateway in steps; the new cluster grows
 # by at most maxSurgePercent of the old one at a time (KubeRay's RayServiceIncrementalUpgrade gate).
-INCREMENTAL_UPGRADE_OPTIONS = {
+INCREMENTAL_UPGRADE_OPTIONS: dict[str, Any] = {
     "gatewayClassName": "istio",
     "stepSizePercent": 25,
     "intervalSeconds": 60,

@@ -58,7 +58,7 @@ class BenchmarkOperator(TargetOperator):
         deployed: Any = None,
         app_name: str = DEFAULT_APP_NAME,
         profile: str | dict[str, Any] = "smoke",
-        concurrency: list[int] | str = (1, 4),
+        concurrency: list[int] | tuple[int, ...] | str = (1, 4),
         requests_per_level: int | str = DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level: float | str = DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S,
         warmup_requests: int | str = 0,
@@ -179,7 +179,7 @@ class BenchmarkOperator(TargetOperator):
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
         only_regression = judgement.verdict == REGRESSED and all(v.kind == "regression" for v in violations)
         unchanged = only_regression and same_app_config(good, config, str(self.app_name))
-        if unchanged:
+        if unchanged and good is not None:
             # Nothing was released: this run serves the very app config the baseline run served (a scheduled or
             # REST redeploy of the same model, args and artifact). The difference is the machine's (seen here:
             # the same replicas 1.4-2.6x slower for minutes), not a version's, and a rollback would restore
@@ -211,7 +211,7 @@ class BenchmarkOperator(TargetOperator):
         result["app"], result["target"] = str(self.app_name), str(self.target)
         result["cost"] = self._cost(result, cost_options)
         self.log.info("%s", format_cost(result["cost"]))
-        if unchanged:
+        if unchanged and good is not None:
             result["judgement"]["not_attributed"] = (
                 f"same app config as the baseline run {good['run_id']}: not a release's regression, not rolled back")
         self.log.info("%s", format_judgement(result["judgement"]))

@@ -24,7 +24,7 @@ class LocalTarget(Target):
 
     name = "local"
 
-    OPTIONS = ("model_store", "hf_conn_id", "aws_conn_id")
+    OPTIONS: tuple[str, ...] = ("model_store", "hf_conn_id", "aws_conn_id")
 
     def __init__(
         self,
