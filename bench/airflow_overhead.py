@@ -23,9 +23,9 @@ import json
 import os
 import re
 import sys
-from datetime import datetime
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -231,7 +231,7 @@ def main() -> int:
             print(f"\n{key}: serve {s['raylift_serve_tok_s']:.1f} tok/s vs plain {s['plain_vllm_tok_s']:.1f} tok/s "
                   f"-> ratio {s['ratio']:.2f} (CPU per token predicts {s['ratio_explained_by_cpu']:.2f}); "
                   f"vs plain with 1 OMP thread {s['plain_vllm_omp1_tok_s']:.1f} tok/s -> {s['ratio_same_threads']:.2f}")
-            print(f"  CPU ms per 1000 output tokens  " + "".join(f"{n:>17}" for n in servers))
+            print("  CPU ms per 1000 output tokens  " + "".join(f"{n:>17}" for n in servers))
             comps = sorted({c for d in s["cpu_ms_per_1k_tokens"].values() for c in d})
             for comp in comps + ["total (without other processes)"]:
                 vals = [s["cpu_ms_per_1k_tokens_total"][n] if comp.startswith("total") else

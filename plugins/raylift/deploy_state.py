@@ -11,7 +11,7 @@ config is recorded good, which ``raylift.rollback.restore_unproven`` acts on wha
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from raylift.serve_config import app_by_name, config_hash
@@ -47,7 +47,7 @@ class DeploymentState:
             self.save_pre_deploy(run_id, before)
         self.store.write_json(
             self._applied_key(run_id),
-            {"config": config, "config_hash": config_hash(config), "at": datetime.now(timezone.utc).isoformat()},
+            {"config": config, "config_hash": config_hash(config), "at": datetime.now(UTC).isoformat()},
         )
         return earlier
 
@@ -73,7 +73,7 @@ class DeploymentState:
                 # what the app's replicas load: a content-addressed store folder (raylift.staging.stage)
                 "model": ((app_by_name(config, self.app) or {}).get("args") or {}).get("model"),
                 "benchmark": benchmark,
-                "recorded_at": datetime.now(timezone.utc).isoformat(),
+                "recorded_at": datetime.now(UTC).isoformat(),
             },
         )
 

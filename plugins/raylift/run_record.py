@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from raylift.serve_config import config_hash
@@ -71,7 +71,7 @@ def build_record(
     return redact(
         {
             "run_id": run_id,
-            "written_at": datetime.now(timezone.utc).isoformat(),
+            "written_at": datetime.now(UTC).isoformat(),
             "target": target,
             "params": params,
             "artifact": parts.get("artifact"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -77,7 +77,7 @@ def _stream(
     }
     what = "streaming chat completion" if chat else "streaming completion"
     chunks, texts, usage, first_token_at = 0, [], None, None
-    sent_at = datetime.now(timezone.utc)
+    sent_at = datetime.now(UTC)
     with client.stream("POST", f"{base}{path}", json=body) as resp:
         if resp.status_code != 200:
             raise SmokeTestError(f"The {what} answered {resp.status_code}.")
@@ -90,7 +90,7 @@ def _stream(
             for choice in event.get("choices", []):
                 text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
                 if text:
-                    first_token_at = first_token_at or datetime.now(timezone.utc)
+                    first_token_at = first_token_at or datetime.now(UTC)
                     chunks += 1
                     texts.append(text)
     if first_token_at is None or not "".join(texts).strip():

@@ -13,8 +13,9 @@ import posixpath
 import shutil
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from raylift.errors import StagingError, UnsafePathError
 

@@ -141,7 +141,6 @@ class LlamaCppEngine:
 
     def __init__(self, args: LlamaCppArgs) -> None:
         import llama_cpp
-
         from llm.model_location import resolve_model
 
         check_engine_args(args.engine_args, llama_cpp.Llama.__init__)

@@ -26,7 +26,7 @@ from typing import Any
 
 log = logging.getLogger("ray.serve")
 
-MANIFEST_NAME = "raylift-manifest.json"  # = raylift.staging.manifest.MANIFEST_NAME
+MANIFEST_NAME = "raylift-manifest.json"  # = raylift.manifest.MANIFEST_NAME
 VERIFIED_NAME = ".raylift-verified.json"  # per cache dir: rel -> [size, mtime_ns, sha256] already checked
 CACHE_ENV, MOUNT_ENV = "RAYLIFT_MODEL_CACHE", "RAYLIFT_MODEL_MOUNT"
 _CHUNK = 8 * 1024 * 1024

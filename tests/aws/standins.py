@@ -8,6 +8,7 @@ forwarded byte for byte, so boto3's retries and errors are exercised over real H
 from __future__ import annotations
 
 import http.client
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ class Proxy:
     bodies: list[tuple[str, bytes]] = field(default_factory=list)  # (X-Amz-Target or path, request body)
 
     def conn_json(self) -> str:
-        return '{"conn_type": "aws", "extra": {"region_name": "us-west-2", "endpoint_url": "%s"}}' % self.url
+        return json.dumps({"conn_type": "aws", "extra": {"region_name": "us-west-2", "endpoint_url": self.url}})
 
 
 def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:

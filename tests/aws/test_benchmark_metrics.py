@@ -3,7 +3,7 @@ the moto server with the test's own client (GetMetricData), the way the dashboar
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -22,7 +22,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
 
 def read_back(target: str, run_id: str) -> dict[str, list[float]]:
     dims = [{"Name": "Model", "Value": "tiny"}, {"Name": "Target", "Value": target}, {"Name": "RunId", "Value": run_id}]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     reply = boto3.client("cloudwatch").get_metric_data(
         MetricDataQueries=[
             {"Id": f"m{i}", "Label": name, "MetricStat": {

@@ -90,7 +90,7 @@ def test_read_timestamps_are_arrival_times_not_processing_times() -> None:
     async def go() -> int:
         client = Http1Client(f"http://127.0.0.1:{port}")
         _, response = await client.request(client.encode("GET", "/"))
-        time.sleep(0.3)  # the event loop is blocked, as on a busy client, while the chunk arrives
+        time.sleep(0.3)  # noqa: ASYNC251 - the event loop is blocked on purpose, as on a busy client, while the chunk arrives
         pieces = [piece async for piece in client.body(response)]
         await client.aclose()
         assert b"".join(data for _, data in pieces) == b"tok"

@@ -20,7 +20,10 @@ from typing import Any
 from raylift.bench.judgement import judge
 from raylift.bench.runner import arun_benchmark
 from raylift.config import (
-    DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REQUESTS_PER_LEVEL, REGRESSION_MIN_REQUESTS,
+    DEFAULT_MAX_REGRESSION,
+    DEFAULT_REGRESSION_CONFIDENCE,
+    DEFAULT_REQUESTS_PER_LEVEL,
+    REGRESSION_MIN_REQUESTS,
 )
 from tests.bench.stub_server import running_stub
 

@@ -8,7 +8,7 @@ by a deploy freeze here, so the suite starts vLLM once) and ends as that run end
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ def next_leap_day_4am(now: datetime) -> datetime:
     year = now.year
     while True:
         try:
-            candidate = datetime(year, 2, 29, 4, tzinfo=timezone.utc)
+            candidate = datetime(year, 2, 29, 4, tzinfo=UTC)
         except ValueError:
             candidate = None
         if candidate and candidate > now:
@@ -40,7 +40,7 @@ def test_redeploy_dag_is_on_the_configured_cron_and_the_staged_model_alias(airfl
     assert details["timetable_description"].startswith("Triggered by assets or At 04:00, on day 29")
     assert details["asset_expression"] == {"alias": {"name": "raylift-staged-model", "group": "asset"}}
     assert details["catchup"] is False and details["max_active_runs"] == 1
-    expected = next_leap_day_4am(datetime.now(timezone.utc))
+    expected = next_leap_day_4am(datetime.now(UTC))
     assert datetime.fromisoformat(details["next_dagrun_run_after"].replace("Z", "+00:00")) == expected
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 
 from raylift.hooks.cloudwatch import BENCHMARK_METRICS, NAMESPACE, BenchmarkMetricsHook, benchmark_metric_data
+
 
 def read_back(*, model: str, target: str, run_id: str, start: datetime, end: datetime) -> dict[str, list[float]]:
     """GetMetricData for every benchmark metric of one run, with the test's own client (not raylift's code)."""
@@ -40,7 +41,7 @@ def test_publish_and_read_back(aws: str) -> None:
         "OutputTokensPerSecond",
         "ErrorRate",
     ]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     got = read_back(model="tiny", target="ecs", run_id="run-1", start=now - timedelta(minutes=5), end=now + timedelta(minutes=5))
     assert got["TimeToFirstTokenP99"] == [480.0]
     assert got["OutputTokensPerSecond"] == [950.0]

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +147,7 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     # cold start: between the trigger and the first token lies Ray Serve's own deploy time for the app
     cold = record["cold_start"]
     at = {k: datetime.fromisoformat(cold[k]) for k in ("triggered_at", "running_at", "first_token_at")}
-    deployed_at = datetime.fromtimestamp(serve_details(stack)["last_deployed_time_s"], timezone.utc)
+    deployed_at = datetime.fromtimestamp(serve_details(stack)["last_deployed_time_s"], UTC)
     assert at["triggered_at"] < deployed_at <= at["running_at"] <= at["first_token_at"], (cold, deployed_at)
     assert at["first_token_at"] <= datetime.fromisoformat(record["written_at"]), cold
     assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold

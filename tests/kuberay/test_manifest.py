@@ -10,8 +10,8 @@ import yaml
 
 from raylift.errors import ManifestValidationError, RayliftValueError
 from raylift.kuberay import manifest as m
-from tests.fixtures.kuberay_crd import CrdNotFoundError, crds_dir, validate
 from raylift.kuberay.profiles import GPU_RESOURCE, NEURON_RESOURCE, PROFILES
+from tests.fixtures.kuberay_crd import CrdNotFoundError, crds_dir, validate
 from tests.kuberay.serve_configs import serve_config
 
 

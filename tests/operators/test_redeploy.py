@@ -5,7 +5,7 @@ Triggering events are built with the Task SDK's own accessor and event model, as
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ def test_replays_the_params_of_the_last_good_run(store: LocalStore) -> None:
 
 def test_a_staged_model_event_swaps_in_the_newest_announced_model(store: LocalStore) -> None:
     record_good_run(store, "manual__1", GOOD_PARAMS)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     conf = run_operator(
         [
             staged_event("test/tiny", "v2", "/store/test--tiny/v2", now),

@@ -14,7 +14,12 @@ import pytest
 
 from raylift.errors import RayliftValueError
 from raylift.serve_config import merge_app
-from raylift.serve_writer import ServeConfigConflictError, cluster_lock, update_serve_config, write_serve_config
+from raylift.serve_writer import (
+    ServeConfigConflictError,
+    cluster_lock,
+    update_serve_config,
+    write_serve_config,
+)
 from raylift.targets.local import LocalTarget
 from tests.fixtures.serve_standin import ServeStandin, serve_standin
 from tests.operators.test_rollback_guard import Context, app_config, deploy_op

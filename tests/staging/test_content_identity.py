@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from raylift.errors import StagingError
-from raylift.staging import stage_model
 from raylift.manifest import MANIFEST_NAME, content_digest, sha256_file
+from raylift.staging import stage_model
 from raylift.store import TMP_MARK, LocalStore
 from tests.staging.test_stage import make_model
 

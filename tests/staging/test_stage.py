@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from raylift.errors import ModelSourceError, UnsafePathError
-from raylift.staging import stage_model
 from raylift.manifest import MANIFEST_NAME, sha256_file
+from raylift.staging import stage_model
 from raylift.store import LocalStore
 
 

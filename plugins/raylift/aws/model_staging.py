@@ -23,10 +23,10 @@ from raylift.aws.s3_transfer import S3Uploader, TransferSettings, UploadJob
 from raylift.aws.tarball import fetch_tarball, is_tarball_url
 from raylift.errors import ModelSourceError, StagingError
 from raylift.manifest import MANIFEST_NAME, Manifest, content_digest, sha256_file
+from raylift.records import StagedModel
 from raylift.staging.sources import HUB_REPO_RE, hub_token_from_connection, resolve_source
 from raylift.staging.stage import content_key
 from raylift.store import safe_key
-from raylift.records import StagedModel
 
 log = logging.getLogger(__name__)
 

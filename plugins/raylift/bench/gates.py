@@ -26,7 +26,10 @@ from typing import Any
 
 from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, Judgement, MetricJudgement, judge
 from raylift.config import (
-    DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_SLOS, REGRESSION_MIN_REQUESTS,
+    DEFAULT_MAX_REGRESSION,
+    DEFAULT_REGRESSION_CONFIDENCE,
+    DEFAULT_SLOS,
+    REGRESSION_MIN_REQUESTS,
 )
 from raylift.errors import RayliftValueError
 

@@ -21,7 +21,7 @@ import struct
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -338,7 +338,7 @@ class Http1Client:
     async def _connect(self) -> _Connection:
         try:
             return await asyncio.wait_for(self._open_connection(), self.connect_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise HttpTimeout(
                 f"connect to {self.host}:{self.port} timed out after {self.connect_timeout_s}s"
             ) from None

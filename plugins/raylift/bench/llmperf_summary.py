@@ -64,7 +64,7 @@ def request_metrics(record: RequestRecord) -> dict[str, float | int | None]:
 def _stats(values: Sequence[float]) -> dict[str, Any]:
     data = sorted(values)
     if not data:  # pandas gives NaN; JSON has no NaN, so None
-        return {"quantiles": dict.fromkeys((f"p{p}" for p in PERCENTILES)), "mean": None, "min": None,
+        return {"quantiles": dict.fromkeys(f"p{p}" for p in PERCENTILES), "mean": None, "min": None,
                 "max": None, "stddev": None}
     return {
         "quantiles": {f"p{p}": percentile(data, p) for p in PERCENTILES},

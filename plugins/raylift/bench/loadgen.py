@@ -422,7 +422,7 @@ class LoadGenerator:
         tasks: list[asyncio.Task[None]],
         records: list[RequestRecord],
         start_ns: int,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 - a deadline shared by the tasks already started, not a call's timeout
         issued: Callable[[], int],
     ) -> RunOutcome:
         pending: set[asyncio.Task[None]] = set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from raylift.bench.llmperf_summary import metrics_summary
@@ -68,7 +68,7 @@ async def arun_benchmark(
             f"({max_seconds_per_level}) must be positive"
         )
     spec = get_profile(profile)
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     all_records: list[RequestRecord] = []
     levels: list[dict[str, Any]] = []
     total_duration = 0.0

@@ -4,7 +4,7 @@ so a dashboard and alarms can follow TTFT, ITL, throughput and errors run after 
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
@@ -34,7 +34,7 @@ def benchmark_metric_data(
 ) -> list[dict[str, Any]]:
     """``MetricData`` entries for the values ``result["overall"]`` has (missing or non-finite ones are left out)."""
     overall = result.get("overall") or {}
-    when = timestamp or datetime.now(timezone.utc)
+    when = timestamp or datetime.now(UTC)
     dims = [{"Name": "Model", "Value": model}, {"Name": "Target", "Value": target}, {"Name": "RunId", "Value": run_id}]
     data = []
     for name, (path, unit) in BENCHMARK_METRICS.items():

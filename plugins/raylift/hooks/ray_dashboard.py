@@ -21,6 +21,7 @@ from airflow.sdk.bases.hook import BaseHook
 from raylift.errors import ClusterError, DeployError
 from raylift.records import ClusterState
 
+
 class RayAuthError(ClusterError):
     """The dashboard refused raylift's request: token auth is on and the token is missing or wrong."""
 

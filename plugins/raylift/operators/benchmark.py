@@ -104,22 +104,22 @@ class BenchmarkOperator(TargetOperator):
             return {"error": f"{type(exc).__name__}: {exc}", "region": region}
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.bench.gates import assess, merged_slos
+        from raylift.bench.cost import format_cost
+        from raylift.bench.gates import assess, level_breach, merged_slos
         from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, format_judgement
+        from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
+        from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
+        from raylift.bench.runner import format_table, run_benchmark
+        from raylift.bench.sweep import SweepSpec
         from raylift.config import (
-            DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, DEFAULT_REGRESSION_STRICT,
+            DEFAULT_MAX_REGRESSION,
+            DEFAULT_REGRESSION_CONFIDENCE,
+            DEFAULT_REGRESSION_STRICT,
             REGRESSION_CONFIRM_PAUSE_S,
         )
-        from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
-        from raylift.bench.cost import format_cost
-        from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
-        from raylift.bench.runner import format_table, run_benchmark
         from raylift.deploy_state import run_key
         from raylift.rollback import restore_app
         from raylift.serve_config import APP_KINDS
-
-        from raylift.bench.gates import level_breach
-        from raylift.bench.sweep import SweepSpec
 
         cost_options = _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request
         sweep = SweepSpec.from_param(_json_param(self.sweep, "sweep"))

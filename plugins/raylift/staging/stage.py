@@ -17,9 +17,9 @@ from pathlib import Path
 
 from raylift.errors import StagingError
 from raylift.manifest import MANIFEST_NAME, Manifest, content_digest, file_entry
+from raylift.records import StagedModel
 from raylift.staging.sources import resolve_source
 from raylift.store import TMP_MARK, LocalStore, ObjectStore, safe_key
-from raylift.records import StagedModel
 
 log = logging.getLogger(__name__)
 SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -13,9 +13,9 @@ import math
 from functools import cached_property
 from typing import Any
 
-from raylift.targets.aws import AwsTarget, one_of, split_options
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
+from raylift.targets.aws import AwsTarget, one_of, split_options
 
 log = logging.getLogger(__name__)
 

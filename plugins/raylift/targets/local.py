@@ -12,9 +12,9 @@ from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, r
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook
 from raylift.local.cluster import LocalRayCluster
+from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
-from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
 from raylift.targets.base import Target
 from raylift.triggers.serve import ServeApplicationsTrigger
 
