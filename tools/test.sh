@@ -36,6 +36,13 @@ mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
 "${PYTEST[@]}" "${HEAVY[@]}" --basetemp=var/test-tmp/heavy >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
+# Static checks run beside the heavy part (which sets the suite's length), before the unit tests.
+say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
+static_rc=0
+"$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
+PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
+"$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
+say "static checks: rc $static_rc"
 "${PYTEST[@]}" tests --ignore=tests/integration --ignore=tests/entrypoints --basetemp=var/test-tmp/light
 light_rc=$?
 say "light part done (rc $light_rc); the integration + entry-point part so far, then as it goes:"
@@ -44,5 +51,5 @@ wait "$heavy_pid"
 heavy_rc=$?
 verdict "$light_rc" "the unit tests"; light_rc=$?
 verdict "$heavy_rc" "the integration + entry-point tests"; heavy_rc=$?
-say "unit tests: rc $light_rc; integration + entry points: rc $heavy_rc"
-[ "$light_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ]
+say "static checks: rc $static_rc; unit tests: rc $light_rc; integration + entry points: rc $heavy_rc"
+[ "$static_rc" -eq 0 ] && [ "$light_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ]
