@@ -17,6 +17,10 @@ class TargetOperator(BaseOperator):
 
     ``target`` and ``target_options`` are templated, so a DAG passes ``{{ params.target }}``; the
     operator never branches on which cloud it is.
+
+    :param target: the target's name (``local``, ``ray``, ``ecs``, ``eks``; see ``raylift.targets.TARGETS``).
+    :param target_options: the target's own options (e.g. ECS cluster and services, an EKS cluster name);
+        an option the target does not know is refused with the list it takes.
     """
 
     template_fields: Sequence[str] = ("target", "target_options")

@@ -41,7 +41,26 @@ class BenchmarkReportLink(BaseOperatorLink):
 class BenchmarkOperator(TargetOperator):
     """The deploy's evidence step: benchmark the app's endpoint (rounds per concurrency level), judge it
     against the SLOs and the last good run, confirm a regression with a second benchmark, then record the
-    run as last good or roll the app back. Results, report and judgement go to the run's store folder."""
+    run as last good or roll the app back. Results, report and judgement go to the run's store folder.
+
+    :param served_name: the model name clients send (the deploy's ``served_name``).
+    :param deployed: the deploy task's XCom (endpoint, app kind); None reads it from the ``deploy`` task.
+    :param app_name: the Serve application benchmarked, rolled back or recorded as last good.
+    :param profile: request-size profile (``smoke``, ``short``, ``llmperf-inf2``) or a dict of its fields.
+    :param concurrency: concurrency levels to measure (a list, or its JSON when templated).
+    :param requests_per_level: measured requests at each level.
+    :param max_seconds_per_level: each level's time bound (llmperf's ``--timeout``).
+    :param warmup_requests: untimed requests sent before the measured ones.
+    :param cost: cost options (price table region, instance types); None: the target's defaults.
+    :param sweep: a saturation sweep (start, factor, stop rule) instead of ``concurrency``; None/{}: off.
+    :param slos: release gates (e.g. TTFT p90, error rate); None: not checked.
+    :param max_regression: the largest drop in tokens/s, or rise in a latency, allowed against the last
+        good run (a fraction; None: ``DEFAULT_MAX_REGRESSION``).
+    :param regression_confidence: confidence of each metric's interval for that change.
+    :param regression_strict: also fail (and roll back) on an inconclusive judgement.
+    :param regression_baseline: ``last_good`` (compare with the last good run) or ``none``.
+    :param confirm_pause_s: pause before the confirming benchmark of a suspected regression
+        (None: ``REGRESSION_CONFIRM_PAUSE_S``)."""
 
     operator_extra_links = (BenchmarkReportLink(),)
     template_fields = (

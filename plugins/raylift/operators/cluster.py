@@ -9,7 +9,9 @@ from raylift.operators.base import Stopwatch, TargetOperator
 
 
 class ScaleClusterOperator(TargetOperator):
-    """Start or resize the cluster to ``workers`` worker nodes; the sensor after it waits for them."""
+    """Start or resize the cluster to ``workers`` worker nodes; the sensor after it waits for them.
+
+    :param workers: Ray worker nodes besides the head (0 allowed); a scale-down drains the nodes it removes."""
 
     template_fields = (*TargetOperator.template_fields, "workers")
 
@@ -48,6 +50,9 @@ class UndeployAppOperator(TargetOperator):
     The write goes through the cluster's Serve-config lock (``raylift.serve_writer``); the task returns
     once Serve no longer lists the app. The app's last good config stays in the state store, so a
     later ``raylift_redeploy`` can bring it back.
+
+    :param app_name: the Serve application to remove.
+    :param timeout_s: how long to wait for Serve to stop listing it.
     """
 
     template_fields = (*TargetOperator.template_fields, "app_name")

@@ -18,7 +18,9 @@ from raylift.operators.base import TargetOperator
 
 class RollbackUnprovenOperator(TargetOperator):
     """Runs when a step past the deploy failed (``one_failed``): restores the app if this run's unproven
-    config is still the one serving."""
+    config is still the one serving.
+
+    :param app_name: the Serve application this run deployed."""
 
     template_fields = (*TargetOperator.template_fields, "app_name")
 

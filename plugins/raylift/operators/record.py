@@ -10,7 +10,10 @@ from raylift.operators.base import TargetOperator
 
 
 class RunRecordOperator(TargetOperator):
-    """Runs even when an upstream task failed (trigger rule all_done), so failures leave a record too."""
+    """Runs even when an upstream task failed (trigger rule all_done), so failures leave a record too.
+
+    :param parts: what goes into ``record.json``: the templated XCom pulls of the artifact, model, deploy,
+        smoke and benchmark tasks (None where a task left nothing); the applied Serve config is added."""
 
     template_fields = (*TargetOperator.template_fields, "parts")
 

@@ -25,6 +25,8 @@ class LastGoodConfOperator(TargetOperator):
     (``model_source`` = its model-store location, ``model_id``, ``revision``); everything else stays as
     it last passed. A redeploy of an unchanged config is cheap: staging skips unchanged files and Serve
     keeps replicas whose config did not change.
+
+    :param app_name: the Serve application whose last good run is repeated.
     """
 
     template_fields = (*TargetOperator.template_fields, "app_name")

@@ -11,7 +11,11 @@ from raylift.operators.base import TargetOperator
 
 class SmokeTestOperator(TargetOperator):
     """Run the smoke checks of the deployed app's kind (``raylift.smoke.run_smoke``) where the deploy says
-    it answers; any failure restores the previous good config before the task fails."""
+    it answers; any failure restores the previous good config before the task fails.
+
+    :param served_name: the model name the requests name.
+    :param deployed: the deploy task's XCom (endpoint, app kind); None reads it from the ``deploy`` task.
+    :param app_name: the Serve application restored on failure."""
 
     template_fields = (*TargetOperator.template_fields, "served_name", "app_name", "deployed")
 

@@ -16,7 +16,13 @@ from raylift.records import StagedModel
 
 class StageModelOperator(TargetOperator):
     """Stage a model (hub, local path, file:// or s3://) into the target's model store under a
-    content-addressed folder; the returned record tells the deploy where the weights are."""
+    content-addressed folder; the returned record tells the deploy where the weights are.
+
+    :param model_source: a local path, ``file://``, ``s3://bucket/prefix``, an HTTPS tarball or a hub repo id.
+    :param model_id: the model's name in the store.
+    :param revision: hub revision or tag (None: the default branch; ``local`` for non-hub sources).
+    :param allow_patterns: hub sources: only files matching these globs (None: all).
+    :param ignore_patterns: hub sources: skip files matching these globs (None: duplicate weight formats)."""
 
     template_fields = (
         *TargetOperator.template_fields, "model_source", "model_id", "revision", "allow_patterns", "ignore_patterns",
