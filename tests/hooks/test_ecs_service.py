@@ -15,7 +15,7 @@ def test_scale_by_desired_count_and_wait(aws: str) -> None:
     hook = EcsServiceHook(aws_conn_id="aws_default")
     assert hook.scale_service("ray", "ray-head", 1) == "desired_count"
     assert hook.scale_service("ray", "ray-worker", 2) == "desired_count"
-    hook.wait_for_services("ray", ["ray-head", "ray-worker"], delay_s=1, max_attempts=2)
+    hook.wait_for_services("ray", ["ray-head", "ray-worker"], waiter_delay=1, waiter_max_attempts=2)
     counts = hook.service_counts("ray", ["ray-head", "ray-worker"])
     assert (counts["ray-head"].desired, counts["ray-worker"].desired) == (1, 2)
     assert counts["ray-worker"].reached(2) and not counts["ray-worker"].reached(3)
@@ -24,7 +24,7 @@ def test_scale_by_desired_count_and_wait(aws: str) -> None:
 def test_wait_names_services_that_lag(aws: str) -> None:
     ecs_cluster("ray", {"ray-worker": 2})  # moto: created services start with 0 running
     with pytest.raises(ClusterError, match="ray-worker 0/2 running"):
-        EcsServiceHook(aws_conn_id="aws_default").wait_for_services("ray", ["ray-worker"], delay_s=1, max_attempts=1)
+        EcsServiceHook(aws_conn_id="aws_default").wait_for_services("ray", ["ray-worker"], waiter_delay=1, waiter_max_attempts=1)
 
 
 def test_autoscaled_service_changes_capacity_not_desired_count(aws: str) -> None:
