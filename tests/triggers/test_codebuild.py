@@ -17,7 +17,7 @@ from airflow.triggers.base import BaseTrigger
 from raylift.hooks.codebuild import CodeBuildHook
 from raylift.triggers.codebuild import CodeBuildBuildTrigger
 from tests.aws.moto_resources import codebuild_project
-from tests.aws.standins import json_reply, proxy_to
+from tests.aws.standins import json_reply, proxy_to, throttle_first
 
 FIXTURES = Path(__file__).resolve().parents[1] / "aws" / "fixtures" / "codebuild"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-vllm:abc"
@@ -39,12 +39,40 @@ def test_serialize_round_trip() -> None:
 
 
 def test_succeeded_build_against_moto(aws: str) -> None:
-    codebuild_project()
-    build_id = CodeBuildHook(aws_conn_id="aws_default").start_image_build(
-        "raylift-image", image_repo_uri=IMAGE.split(":")[0], image_tag="abc", dockerfile="images/ray-vllm/Dockerfile"
-    )
+    build_id = started_build()
     [event] = events(CodeBuildBuildTrigger(build_id, IMAGE, waiter_delay=0.01))
     assert event["status"] == "success" and event["image"] == IMAGE and event["build_id"] == build_id
+
+
+def started_build() -> str:
+    """A build moto has started (moto reports it SUCCEEDED on the first BatchGetBuilds)."""
+    codebuild_project()
+    return CodeBuildHook(aws_conn_id="aws_default").start_image_build(
+        "raylift-image", image_repo_uri=IMAGE.split(":")[0], image_tag="abc", dockerfile="images/ray-vllm/Dockerfile"
+    )
+
+
+def test_throttled_polls_are_retried_until_the_build_succeeds(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    build_id = started_build()
+    with proxy_to(aws) as proxy:
+        proxy.rule = throttle_first(".BatchGetBuilds", 3)
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", proxy.conn_json())
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: each throttle reaches the waiter
+        [event] = events(CodeBuildBuildTrigger(build_id, IMAGE, waiter_delay=0.01, waiter_max_attempts=5))
+    assert [status for _, _, status in proxy.seen] == [400, 400, 400, 200]  # three throttled polls, then moto
+    assert event["status"] == "success" and event["build_id"] == build_id
+
+
+def test_throttling_that_never_stops_ends_in_a_timeout(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Throttled polls count as attempts, so the wait still ends (the provider alone would retry forever)."""
+    build_id = started_build()
+    with proxy_to(aws) as proxy:
+        proxy.rule = throttle_first(".BatchGetBuilds", -1)
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", proxy.conn_json())
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        [event] = events(CodeBuildBuildTrigger(build_id, IMAGE, waiter_delay=0.01, waiter_max_attempts=3))
+    assert [status for _, _, status in proxy.seen] == [400, 400, 400]
+    assert event["status"] == "timeout" and build_id in event["message"]
 
 
 def test_failed_build_event_names_phase_reason_and_logs(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
