@@ -183,15 +183,6 @@ class CodeBuildHook(AwsBaseHook):
         self.log.info("Started CodeBuild build %s for %s:%s", build["id"], image_repo_uri, image_tag)
         return build["id"]
 
-    def get_build(self, build_id: str) -> dict[str, Any]:
-        reply = self.conn.batch_get_builds(ids=[build_id])
-        if not reply.get("builds"):
-            raise BuildError(f"CodeBuild has no build {build_id!r} (not found: {reply.get('buildsNotFound')}).")
-        return reply["builds"][0]
-
-    def outcome(self, build_id: str) -> BuildOutcome:
-        return build_outcome(self.get_build(build_id), self.conn_region_name)
-
     def wait_for_build(self, build_id: str, *, waiter_delay: float = 15, waiter_max_attempts: int = 240) -> None:
         """Block (in-process) on the ``build_complete`` waiter; the deferrable path is ``CodeBuildBuildTrigger``.
 

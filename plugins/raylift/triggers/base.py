@@ -12,7 +12,7 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.providers.amazon.aws.exceptions import WaiterMaxAttemptsError, WaiterNoCredentialsError
+from airflow.providers.amazon.aws.exceptions import WaiterMaxAttemptsError
 from airflow.providers.amazon.aws.utils.waiter_with_logging import async_wait
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import TriggerEvent
@@ -102,20 +102,21 @@ class WaiterEvents:
                     self.status_message,
                     self.status_queries,
                 )
-            except WaiterMaxAttemptsError as exc:
-                if isinstance(exc, WaiterNoCredentialsError):
+            except AirflowException as exc:  # failure acceptor, error reply not a throttle, attempts run out
+                reply = waiter.last_reply
+                if not reply:  # not one reply (no credentials): the provider's message says why
                     yield TriggerEvent({"status": "failed", self.return_key: self.return_value, "message": str(exc)})
-                    return
-                message = self.unsuccessful_message(waiter.last_reply, region, timed_out=True)
-                yield TriggerEvent({"status": "timeout", self.return_key: self.return_value, "message": message})
-            except AirflowException:  # a failure acceptor, or an error reply that is not a throttle
-                yield TriggerEvent(
-                    {
-                        "status": "failed",
-                        self.return_key: self.return_value,
-                        **self.failed_details(waiter.last_reply, region),
-                        "message": self.unsuccessful_message(waiter.last_reply, region, timed_out=False),
-                    }
-                )
+                elif isinstance(exc, WaiterMaxAttemptsError):
+                    message = self.unsuccessful_message(reply, region, timed_out=True)
+                    yield TriggerEvent({"status": "timeout", self.return_key: self.return_value, "message": message})
+                else:
+                    yield TriggerEvent(
+                        {
+                            "status": "failed",
+                            self.return_key: self.return_value,
+                            **self.failed_details(reply, region),
+                            "message": self.unsuccessful_message(reply, region, timed_out=False),
+                        }
+                    )
             else:
                 yield TriggerEvent(self.success_event(waiter.last_reply, region))
