@@ -131,7 +131,7 @@ class CodeBuildHook(AwsBaseHook):
         super().__init__(*args, **kwargs)
 
     @property
-    def waiter_path(self) -> Path:  # type: ignore[override]
+    def waiter_path(self) -> Path:
         """raylift's ``waiters/codebuild.json``: the provider's own lookup only searches its package."""
         return WAITERS / f"{self.client_type}.json"
 

@@ -98,7 +98,7 @@ class EcsServiceHook(EcsHook):
     """The provider's ``EcsHook`` with service scaling; custom waiters in ``raylift/waiters/ecs.json``."""
 
     @property
-    def waiter_path(self) -> Path:  # type: ignore[override]
+    def waiter_path(self) -> Path:
         """raylift's ``waiters/ecs.json``: the provider's own lookup only searches its package."""
         return WAITERS / f"{self.client_type}.json"
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.exceptions import WaiterMaxAttemptsError
 from airflow.providers.amazon.aws.utils.waiter_with_logging import async_wait
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import TriggerEvent
+
+if TYPE_CHECKING:  # the mixin's attributes are AwsBaseWaiterTrigger's
+    from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger as _Trigger
+else:
+    _Trigger = object
 
 
 def attempts_for(timeout_s: float, delay_s: float) -> int:
@@ -46,7 +51,7 @@ class LastReplyWaiter:
         return reply
 
 
-class WaiterEvents:
+class WaiterEvents(_Trigger):
     """Mixin before ``AwsBaseWaiterTrigger``: waits like the provider's ``run()``, then builds the event
     from the last reply. A mixin, not a subclass, so the provider's import-time check that each trigger
     names its ``aws_hook_class`` still applies to the concrete triggers.
@@ -54,19 +59,6 @@ class WaiterEvents:
     Subclasses set ``aws_hook_class`` and the waiter declarations (through ``AwsBaseWaiterTrigger``), and
     say what each ending means in :meth:`success_event` and :meth:`unsuccessful_message`.
     """
-
-    # set by AwsBaseWaiterTrigger.__init__
-    waiter_name: str
-    waiter_args: dict[str, Any]
-    waiter_delay: float
-    attempts: int
-    waiter_config_overrides: dict[str, Any] | None
-    failure_message: str
-    status_message: str
-    status_queries: list[str]
-    return_key: str
-    return_value: Any
-    hook: Any
 
     @property
     def timeout_s(self) -> float:
