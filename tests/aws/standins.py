@@ -115,3 +115,22 @@ def json_reply(payload: object, status: int = 200) -> Reply:
     import json
 
     return status, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(payload).encode()
+
+
+def json_error(code: str, message: str, status: int = 400) -> Reply:
+    """An error reply of the JSON protocols (CodeBuild, ECS, ...): botocore reads the code from ``__type``."""
+    return json_reply({"__type": code, "message": message}, status)
+
+
+def throttle_first(operation: str, times: int) -> Rule:
+    """A rule answering the first ``times`` calls of ``operation`` (``X-Amz-Target`` suffix, e.g.
+    ``.BatchGetBuilds``; ``times < 0``: every call) with ``ThrottlingException``, then forwarding to moto."""
+    left = [times]
+
+    def rule(method: str, target: str) -> Reply | None:
+        if not target.endswith(operation) or left[0] == 0:
+            return None
+        left[0] -= 1
+        return json_error("ThrottlingException", "Rate exceeded")
+
+    return rule

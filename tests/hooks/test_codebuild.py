@@ -10,7 +10,7 @@ import pytest
 from raylift.errors import BuildError
 from raylift.hooks.codebuild import BuildStatus, CodeBuildHook, build_outcome
 from tests.aws.moto_resources import codebuild_project
-from tests.aws.standins import proxy_to
+from tests.aws.standins import proxy_to, throttle_first
 
 FIXTURES = Path(__file__).resolve().parents[1] / "aws" / "fixtures" / "codebuild"
 
@@ -58,7 +58,7 @@ def test_start_build_sends_image_overrides(aws: str, monkeypatch: pytest.MonkeyP
         )
         sent = json.loads(next(body for target, body in proxy.bodies if target.endswith(".StartBuild")))
         # moto completes every build on the first poll: the success path end to end.
-        assert hook.wait_for_build(build_id, poll_interval_s=0.01).succeeded
+        hook.wait_for_build(build_id, waiter_delay=0.01)
     assert build_id.startswith("raylift-image:")
     overrides = {e["name"]: e["value"] for e in sent["environmentVariablesOverride"]}
     assert overrides == {
@@ -84,5 +84,18 @@ def test_wait_for_failed_build_raises_with_phase(aws: str, monkeypatch: pytest.M
         proxy.rule = lambda method, target: json_reply(replies.pop(0)) if target.endswith(".BatchGetBuilds") else None
         monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", proxy.conn_json())
         with pytest.raises(BuildError, match="ended FAILED in phase BUILD: COMMAND_EXECUTION_ERROR"):
-            CodeBuildHook(aws_conn_id="aws_default").wait_for_build("raylift-image:x", poll_interval_s=0.01)
+            CodeBuildHook(aws_conn_id="aws_default").wait_for_build("raylift-image:x", waiter_delay=0.01)
     assert replies == []  # both recorded replies were consumed: it polled past IN_PROGRESS
+
+
+def test_wait_retries_throttled_polls(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    codebuild_project()
+    build_id = CodeBuildHook(aws_conn_id="aws_default").start_image_build(
+        "raylift-image", image_repo_uri="r", image_tag="t", dockerfile="d"
+    )
+    with proxy_to(aws) as proxy:
+        proxy.rule = throttle_first(".BatchGetBuilds", 3)
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", proxy.conn_json())
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: each throttle reaches the waiter
+        CodeBuildHook(aws_conn_id="aws_default").wait_for_build(build_id, waiter_delay=0.01, waiter_max_attempts=5)
+    assert [status for _, _, status in proxy.seen] == [400, 400, 400, 200]  # three throttled polls, then moto

@@ -131,7 +131,7 @@ def test_scale_waits_then_reports_ray_state(infra: None, dashboard: tuple[Dashbo
     counts = boto3.client("ecs").describe_services(cluster="ray", services=["ray-head", "ray-worker"])["services"]
     assert {s["serviceName"]: s["desiredCount"] for s in counts} == {"ray-head": 1, "ray-worker": 2}
 
-    trigger = t.scale_trigger(workers=2, poll_interval_s=0.05, timeout_s=5)
+    trigger = t.scale_trigger(poll_interval_s=0.05, timeout_s=5)
 
     async def first() -> dict:
         async for event in trigger.run():

@@ -1,19 +1,24 @@
 """CodeBuild: start an image build with env overrides, and read where a build stands.
 
-CodeBuild has no boto waiters (``client.waiter_names`` is empty), so waiting is a poll over
-``BatchGetBuilds`` whose parsing lives in :func:`build_outcome` (shared by the sync wait and the trigger).
+CodeBuild has no boto waiters (``client.waiter_names`` is empty), so "the build ended" is raylift's
+custom waiter ``build_complete`` in ``raylift/waiters/codebuild.json``: the in-process wait here and the
+deferred one (``CodeBuildBuildTrigger``) both drive it, and both explain an unsuccessful end with
+:func:`build_wait_message` from the last ``BatchGetBuilds`` reply the waiter judged.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
 from raylift.errors import BuildError
+
+WAITERS = Path(__file__).resolve().parents[1] / "waiters"
+BUILD_WAITER = "build_complete"
 
 
 class BuildStatus:
@@ -100,12 +105,35 @@ def build_outcome(build: dict[str, Any], region: str | None = None) -> BuildOutc
     )
 
 
+def build_wait_message(reply: dict[str, Any], build_id: str, region: str | None, *, waited_s: float | None = None) -> str:
+    """Why a wait on ``build_id`` ended without success, read from the last ``BatchGetBuilds`` reply.
+
+    :param reply: the last reply the waiter judged (a parsed error reply has an ``Error`` key).
+    :param waited_s: set when the wait ran out of attempts: the message then says how long it waited.
+    """
+    builds = reply.get("builds") or []
+    if waited_s is not None:
+        phase = builds[0].get("currentPhase", "?") if builds else "?"
+        return f"CodeBuild build {build_id} still in phase {phase} after {waited_s:.0f}s."
+    if "Error" in reply:
+        error = reply["Error"]
+        return f"BatchGetBuilds for {build_id} failed: {error.get('Code', '?')}: {error.get('Message', '')}"
+    if not builds:
+        return f"CodeBuild has no build {build_id!r} (not found: {reply.get('buildsNotFound')})."
+    return build_outcome(builds[0], region).failure_message()
+
+
 class CodeBuildHook(AwsBaseHook):
-    """Thin CodeBuild client wrapper (``AwsBaseHook(client_type="codebuild")``)."""
+    """Thin CodeBuild client wrapper (``AwsBaseHook(client_type="codebuild")``) with raylift's waiters."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["client_type"] = "codebuild"
         super().__init__(*args, **kwargs)
+
+    @property
+    def waiter_path(self) -> Path:
+        """raylift's ``waiters/codebuild.json``: the provider's own lookup only searches its package."""
+        return WAITERS / f"{self.client_type}.json"
 
     def start_image_build(
         self,
@@ -155,24 +183,27 @@ class CodeBuildHook(AwsBaseHook):
         self.log.info("Started CodeBuild build %s for %s:%s", build["id"], image_repo_uri, image_tag)
         return build["id"]
 
-    def get_build(self, build_id: str) -> dict[str, Any]:
-        reply = self.conn.batch_get_builds(ids=[build_id])
-        if not reply.get("builds"):
-            raise BuildError(f"CodeBuild has no build {build_id!r} (not found: {reply.get('buildsNotFound')}).")
-        return reply["builds"][0]
+    def wait_for_build(self, build_id: str, *, waiter_delay: float = 15, waiter_max_attempts: int = 240) -> None:
+        """Block (in-process) on the ``build_complete`` waiter; the deferrable path is ``CodeBuildBuildTrigger``.
 
-    def outcome(self, build_id: str) -> BuildOutcome:
-        return build_outcome(self.get_build(build_id), self.conn_region_name)
+        A throttled poll is one more attempt (the waiter's retry acceptors), not the end of the wait.
+        BuildError with the failed phase, reason and logs link when the build fails, or with its phase
+        when the attempts run out.
+        """
+        from botocore.exceptions import WaiterError
 
-    def wait_for_build(self, build_id: str, *, poll_interval_s: float = 15.0, timeout_s: float = 3600.0) -> BuildOutcome:
-        """Poll in-process until the build ends; BuildError with phase, reason and logs link on failure."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            outcome = self.outcome(build_id)
-            if outcome.succeeded:
-                return outcome
-            if outcome.done:
-                raise BuildError(outcome.failure_message())
-            if time.monotonic() > deadline:
-                raise BuildError(f"CodeBuild build {build_id} still {outcome.current_phase} after {timeout_s:.0f}s.")
-            time.sleep(poll_interval_s)
+        try:
+            self.get_waiter(BUILD_WAITER).wait(
+                ids=[build_id], WaiterConfig={"Delay": waiter_delay, "MaxAttempts": waiter_max_attempts}
+            )
+        except WaiterError as exc:
+            timed_out = str(exc.kwargs.get("reason", "")).startswith("Max attempts exceeded")
+            raise BuildError(
+                build_wait_message(
+                    exc.last_response or {},
+                    build_id,
+                    self.conn_region_name,
+                    waited_s=waiter_delay * waiter_max_attempts if timed_out else None,
+                )
+            ) from None
+        self.log.info("CodeBuild build %s succeeded", build_id)

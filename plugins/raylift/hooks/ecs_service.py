@@ -2,6 +2,10 @@
 
 A service with an Application Auto Scaling target is resized through its min/max capacity (setting
 ``desiredCount`` behind the autoscaler's back would be undone); others through ``desiredCount``.
+
+"The services are up" is defined once, as the custom waiter ``services_at_desired_count`` in
+``raylift/waiters/ecs.json`` (every service runs its desired count, none pending, none missing or
+INACTIVE; throttled polls retried). The in-process wait here and ``EcsServicesRunningTrigger`` both drive it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from airflow.providers.amazon.aws.hooks.ecs import EcsHook
 
 from raylift.errors import ClusterError
 
-WAITERS = Path(__file__).resolve().parents[1] / "waiters" / "ecs_service.json"
+WAITERS = Path(__file__).resolve().parents[1] / "waiters"
+SERVICES_WAITER = "services_at_desired_count"
 INSTANCE_TYPE_ATTRIBUTE = "ecs.instance-type"  # set by the ECS agent on every EC2 container instance
 DESCRIBE_BATCH = 100  # DescribeTasks / DescribeContainerInstances take at most 100 ARNs per call
 
@@ -52,6 +57,37 @@ def _batches(items: list[str], size: int = DESCRIBE_BATCH) -> Iterator[list[str]
         yield items[start : start + size]
 
 
+def lagging_services(reply: dict[str, Any]) -> str:
+    """The services of a ``DescribeServices`` reply not at their desired count, as ``name r/d running (p pending)``."""
+    return ", ".join(
+        f"{s['serviceName']} {s.get('runningCount', 0)}/{s.get('desiredCount', 0)} running "
+        f"({s.get('pendingCount', 0)} pending)"
+        for s in sorted(reply.get("services") or [], key=lambda s: s["serviceName"])
+        if s.get("runningCount") != s.get("desiredCount") or s.get("pendingCount", 0) > 0
+    )
+
+
+def services_wait_message(reply: dict[str, Any], cluster: str, *, waited_s: float | None = None) -> str:
+    """Why a wait on services of ``cluster`` ended without success, read from the last ``DescribeServices`` reply.
+
+    :param reply: the last reply the waiter judged (a parsed error reply has an ``Error`` key).
+    :param waited_s: set when the wait ran out of attempts: the message then names the lagging services.
+    """
+    if waited_s is not None:
+        return (
+            f"ECS services in {cluster!r} not at their desired count after {waited_s:.0f}s: "
+            f"{lagging_services(reply) or 'no DescribeServices reply to show'}. "
+            "Check capacity providers/instances and the service events."
+        )
+    if "Error" in reply:
+        error = reply["Error"]
+        return f"DescribeServices on {cluster!r} failed: {error.get('Code', '?')}: {error.get('Message', '')}"
+    if reply.get("failures"):
+        return f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options."
+    inactive = sorted(s["serviceName"] for s in reply.get("services") or [] if s.get("status") == "INACTIVE")
+    return f"ECS service(s) {inactive} in {cluster!r} are INACTIVE (deleted): check the target options."
+
+
 def _failures(reply: dict[str, Any]) -> str:
     """A Describe* reply's failures as ``id (reason), ...``."""
     failures = reply.get("failures") or []
@@ -59,11 +95,12 @@ def _failures(reply: dict[str, Any]) -> str:
 
 
 class EcsServiceHook(EcsHook):
-    """The provider's ``EcsHook`` with service scaling; custom waiters in ``raylift/waiters/ecs_service.json``."""
+    """The provider's ``EcsHook`` with service scaling; custom waiters in ``raylift/waiters/ecs.json``."""
 
     @property
-    def waiter_path(self) -> Path:  # type: ignore[override]
-        return WAITERS
+    def waiter_path(self) -> Path:
+        """raylift's ``waiters/ecs.json``: the provider's own lookup only searches its package."""
+        return WAITERS / f"{self.client_type}.json"
 
     def _autoscaling(self) -> AwsBaseHook:
         return AwsBaseHook(
@@ -186,16 +223,23 @@ class EcsServiceHook(EcsHook):
         return ServiceInstances(dict(Counter(types.values())), fargate)
 
     def wait_for_services(
-        self, cluster: str, services: list[str], *, delay_s: int = 15, max_attempts: int = 40
+        self, cluster: str, services: list[str], *, waiter_delay: float = 15, waiter_max_attempts: int = 40
     ) -> None:
-        """Block (in-process) until every service runs its desired count; the deferrable path is the trigger."""
+        """Block (in-process) on the ``services_at_desired_count`` waiter; the deferrable path is
+        ``EcsServicesRunningTrigger``. A throttled poll is one more attempt (the waiter's retry acceptors).
+        ClusterError naming missing services, or the lagging ones when the attempts run out."""
         from botocore.exceptions import WaiterError
 
         try:
-            self.get_waiter("services_at_desired_count").wait(
-                cluster=cluster, services=services, WaiterConfig={"Delay": delay_s, "MaxAttempts": max_attempts}
+            self.get_waiter(SERVICES_WAITER).wait(
+                cluster=cluster,
+                services=services,
+                WaiterConfig={"Delay": waiter_delay, "MaxAttempts": waiter_max_attempts},
             )
         except WaiterError as exc:
-            counts = self.service_counts(cluster, services)
-            shown = ", ".join(f"{c.name} {c.running}/{c.desired} running" for c in counts.values())
-            raise ClusterError(f"ECS services in {cluster!r} did not reach their desired count: {shown} ({exc}).") from None
+            timed_out = str(exc.kwargs.get("reason", "")).startswith("Max attempts exceeded")
+            raise ClusterError(
+                services_wait_message(
+                    exc.last_response or {}, cluster, waited_s=waiter_delay * waiter_max_attempts if timed_out else None
+                )
+            ) from None

@@ -17,15 +17,24 @@ PENDING_KEY = "artifact_being_built"
 class BuildArtifactOperator(TargetOperator):
     """Content-addressed build: an unchanged tree reuses the artifact it already has.
 
-    When the target builds remotely (CodeBuild on AWS), the task defers on the target's build trigger
-    instead of holding a worker slot, and fails with the failing phase, reason and logs link.
+    When the target builds remotely (CodeBuild on AWS), a deferrable task defers on the target's build
+    trigger instead of holding a worker slot; otherwise it waits in-process on the same waiter. Either way
+    it fails with the failing phase, reason and logs link.
+
+    :param force: build even when the artifact for this content exists.
+    :param deferrable: defer while the build runs; default ``[operators] default_deferrable`` (as the
+        provider's operators), read when the task is created.
     """
 
     template_fields = (*TargetOperator.template_fields, "force")
 
-    def __init__(self, *, force: bool = False, deferrable: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, force: bool = False, deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.force = force
+        if deferrable is None:
+            from airflow.providers.common.compat.sdk import conf
+
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
         self.deferrable = deferrable
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -47,6 +56,7 @@ class BuildArtifactOperator(TargetOperator):
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger's one event: ``success``, or ``failed``/``timeout`` with a message."""
         if event.get("status") != "success":
             raise BuildError(event.get("message") or f"The image build ended {event.get('status')}: {event}")
         self.log.info("build %s succeeded (logs: %s)", event.get("build_id"), event.get("logs_url"))

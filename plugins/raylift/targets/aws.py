@@ -170,6 +170,7 @@ class AwsTarget(Target):
 
     def build_trigger(self, build: ImageBuild) -> Any:
         """For a deferrable build step: a trigger that fires when the CodeBuild build ends."""
+        from raylift.triggers.base import attempts_for
         from raylift.triggers.codebuild import CodeBuildBuildTrigger
 
         if build.build_id is None:
@@ -177,10 +178,10 @@ class AwsTarget(Target):
         return CodeBuildBuildTrigger(
             build.build_id,
             build.artifact.image or "",
+            waiter_delay=self.aws.build_poll_interval_s,
+            waiter_max_attempts=attempts_for(self.aws.build_timeout_s, self.aws.build_poll_interval_s),
             aws_conn_id=self.aws.aws_conn_id,
             region_name=self.aws.region_name,
-            poll_interval_s=self.aws.build_poll_interval_s,
-            timeout_s=self.aws.build_timeout_s,
         )
 
     def start_build(self, *, force: bool = False) -> tuple[Artifact, BaseTrigger | None]:
@@ -193,11 +194,14 @@ class AwsTarget(Target):
     def build_artifact(self, *, force: bool = False) -> Artifact:
         """Build (or reuse) the image and wait in-process; deferrable callers use start_build + finish_build."""
         from raylift.hooks.codebuild import CodeBuildHook
+        from raylift.triggers.base import attempts_for
 
         build = self.start_artifact_build(force=force)
-        if build.build_id is not None:
+        if build.build_id is not None:  # the trigger's waiter, polled in-process
             CodeBuildHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name).wait_for_build(
-                build.build_id, poll_interval_s=self.aws.build_poll_interval_s, timeout_s=self.aws.build_timeout_s
+                build.build_id,
+                waiter_delay=self.aws.build_poll_interval_s,
+                waiter_max_attempts=attempts_for(self.aws.build_timeout_s, self.aws.build_poll_interval_s),
             )
         return self.finish_build(build.artifact)
 

@@ -133,20 +133,24 @@ class EcsTarget(AwsTarget):
         return self.expectation(workers)
 
     def cluster_ready_trigger(self, want: ClusterExpectation) -> Any:
-        """Defer until ECS runs the head and the workers ``want`` counts (Ray is asked afterwards)."""
-        return self.scale_trigger(workers=max(want.nodes - 1, 0))
+        """Defer until ECS runs the head and worker services' desired counts, which ``scale`` set for ``want``
+        (whether Ray has ``want``'s nodes is asked afterwards, with check_ready)."""
+        return self.scale_trigger()
 
-    def scale_trigger(self, *, workers: int, timeout_s: float | None = None, poll_interval_s: float | None = None) -> Any:
-        """Defer until the head and ``workers`` worker tasks run (then ask Ray with cluster_state)."""
+    def scale_trigger(self, *, timeout_s: float | None = None, poll_interval_s: float | None = None) -> Any:
+        """Defer until the head and worker services run their desired counts (``scale`` set them to 1 and
+        the workers); then ask Ray with cluster_state."""
+        from raylift.triggers.base import attempts_for
         from raylift.triggers.ecs import EcsServicesRunningTrigger
 
+        delay = poll_interval_s or self.scale_poll_interval_s
         return EcsServicesRunningTrigger(
             self.cluster,
-            {self.head_service: 1, self.worker_service: workers},
+            [self.head_service, self.worker_service],
+            waiter_delay=delay,
+            waiter_max_attempts=attempts_for(timeout_s or self.scale_timeout_s, delay),
             aws_conn_id=self.aws.aws_conn_id,
             region_name=self.aws.region_name,
-            poll_interval_s=poll_interval_s or self.scale_poll_interval_s,
-            timeout_s=timeout_s or self.scale_timeout_s,
         )
 
     def cluster_state(self) -> ClusterState:

@@ -1,98 +1,74 @@
-"""Defer until ECS services run the wanted number of tasks (the Ray head and worker services)."""
+"""Defer until ECS services run their desired number of tasks (the Ray head and worker services)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
+
+from raylift.hooks.ecs_service import SERVICES_WAITER, EcsServiceHook, services_wait_message
+from raylift.triggers.base import WaiterEvents
 
 
-class EcsServicesRunningTrigger(BaseTrigger):
-    """Polls ``DescribeServices`` until each service in ``want`` runs at least that many tasks.
+class EcsServicesRunningTrigger(WaiterEvents, AwsBaseWaiterTrigger):
+    """Waits on the ``services_at_desired_count`` waiter (``raylift/waiters/ecs.json``): every service runs
+    its desired count, none pending. The scale step set the desired counts; whether Ray sees the nodes is
+    asked afterwards (``RayClusterReadySensor``), so an autoscaler that has not yet raised a desired count
+    only moves the wait to that second stage.
+
+    Events: ``success`` (``services``: name -> running/desired/pending); ``failed`` (``message`` naming
+    missing or INACTIVE services); ``timeout`` (``message`` naming the lagging services).
 
     :param cluster: ECS cluster name or ARN.
-    :param want: service name -> task count to wait for (0 waits for none running).
+    :param services: the service names to wait for.
+    :param waiter_delay: seconds between polls.
+    :param waiter_max_attempts: polls before a ``timeout`` event (throttled polls count as attempts).
     :param aws_conn_id: connection for credentials; the hook is built inside ``run()``.
     :param region_name: AWS region, or None for the connection's.
-    :param poll_interval_s: seconds between polls.
-    :param timeout_s: give up (timeout event naming the counts) after this many seconds.
+    :param verify: SSL verification, as for the hook.
+    :param botocore_config: botocore client config, as for the hook.
     """
+
+    aws_hook_class = EcsServiceHook
 
     def __init__(
         self,
         cluster: str,
-        want: dict[str, int],
+        services: list[str],
+        *,
+        waiter_delay: float = 10,
+        waiter_max_attempts: int = 90,
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
-        poll_interval_s: float = 10.0,
-        timeout_s: float = 900.0,
+        verify: bool | str | None = None,
+        botocore_config: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
-        self.cluster = cluster
-        self.want = dict(want)
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.poll_interval_s = poll_interval_s
-        self.timeout_s = timeout_s
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "cluster": self.cluster,
-                "want": self.want,
-                "aws_conn_id": self.aws_conn_id,
-                "region_name": self.region_name,
-                "poll_interval_s": self.poll_interval_s,
-                "timeout_s": self.timeout_s,
-            },
+        services = sorted(services)
+        super().__init__(
+            serialized_fields={"cluster": cluster, "services": services},
+            waiter_name=SERVICES_WAITER,
+            waiter_args={"cluster": cluster, "services": services},
+            failure_message=f"ECS services {services} in {cluster!r} failed",
+            status_message=f"ECS services in {cluster!r}",
+            status_queries=["services[].[serviceName, runningCount, desiredCount, pendingCount]"],
+            return_key="cluster",
+            return_value=cluster,
+            waiter_delay=waiter_delay,  # type: ignore[arg-type]  # the provider sleeps any number
+            waiter_max_attempts=waiter_max_attempts,
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            verify=verify,
+            botocore_config=botocore_config,
         )
+        self.cluster = cluster
+        self.services = services
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from raylift.aws.aio import call
-        from raylift.hooks.ecs_service import EcsServiceHook, ServiceCounts
+    def success_event(self, reply: dict[str, Any], region: str | None) -> dict[str, Any]:
+        shown = {
+            s["serviceName"]: {"running": s["runningCount"], "desired": s["desiredCount"], "pending": s["pendingCount"]}
+            for s in reply.get("services") or []
+        }
+        return {"status": "success", "cluster": self.cluster, "services": shown}
 
-        hook = EcsServiceHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                reply = await call(hook, "describe_services", cluster=self.cluster, services=sorted(self.want))
-            except Exception as exc:
-                yield TriggerEvent({"status": "error", "message": f"DescribeServices on {self.cluster!r} failed: {exc}"})
-                return
-            if reply.get("failures"):
-                names = [f.get("arn", "?").split("/")[-1] for f in reply["failures"]]
-                yield TriggerEvent(
-                    {"status": "error", "message": f"ECS cluster {self.cluster!r} has no service(s) {names}."}
-                )
-                return
-            counts = {
-                s["serviceName"]: ServiceCounts(
-                    s["serviceName"], s["desiredCount"], s["runningCount"], s.get("pendingCount", 0), s.get("status", "")
-                )
-                for s in reply["services"]
-            }
-            shown = {n: {"running": c.running, "desired": c.desired, "pending": c.pending} for n, c in counts.items()}
-            if all(counts[name].reached(n) for name, n in self.want.items()):
-                yield TriggerEvent({"status": "success", "cluster": self.cluster, "services": shown})
-                return
-            if time.monotonic() + self.poll_interval_s > deadline:
-                lagging = ", ".join(
-                    f"{n} {counts[n].running}/{w} running ({counts[n].pending} pending)"
-                    for n, w in sorted(self.want.items())
-                    if not counts[n].reached(w)
-                )
-                yield TriggerEvent(
-                    {
-                        "status": "timeout",
-                        "cluster": self.cluster,
-                        "services": shown,
-                        "message": f"ECS services in {self.cluster!r} not running after {self.timeout_s:.0f}s: {lagging}. "
-                        "Check capacity providers/instances and the service events.",
-                    }
-                )
-                return
-            await asyncio.sleep(self.poll_interval_s)
+    def unsuccessful_message(self, reply: dict[str, Any], region: str | None, *, timed_out: bool) -> str:
+        return services_wait_message(reply, self.cluster, waited_s=self.timeout_s if timed_out else None)
