@@ -49,3 +49,12 @@ def test_rebuild_is_byte_identical(tmp_path: Path) -> None:
     path, _, _ = build_package(inputs, tmp_path / "a")
     again, _, _ = build_package(inputs, tmp_path / "b")
     assert path.read_bytes() == again.read_bytes()
+
+
+def test_the_real_package_carries_the_manifest_module_as_a_file(tmp_path: Path) -> None:
+    """``serve_apps/llm/manifest.py`` links to raylift.manifest; the zip must hold its bytes, not a link."""
+    root = Path(__file__).resolve().parents[1]
+    path, digest, _ = build_package(PackageInputs(root / "serve_apps"), tmp_path)
+    with zipfile.ZipFile(path) as zf:
+        packed = zf.read(f"serve_apps-{digest[:12]}/llm/manifest.py")
+    assert packed == (root / "plugins/raylift/manifest.py").read_bytes()

@@ -1,15 +1,33 @@
-"""The staging manifest: relative path -> size and sha256, so re-runs copy only what changed."""
+"""The staging manifest: relative path -> size and sha256, so re-runs copy only what changed.
+
+One module for both sides: raylift's staging writes manifests with it, and the LLM serve app reads them with
+it on the replica (``serve_apps/llm/manifest.py`` is a link to this file, so the serve-app package carries it).
+Hence the standard library only, and nothing imported from raylift.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 MANIFEST_NAME = "raylift-manifest.json"
 _CHUNK = 4 * 1024 * 1024
+
+
+class UnsafeManifestPath(ValueError):
+    """A manifest entry that would land outside the model's folder."""
+
+
+def safe_rel(rel: str) -> str:
+    """A manifest path as a relative POSIX path inside the model folder; refuse anything that escapes it."""
+    norm = posixpath.normpath(rel) if rel else ""
+    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel or norm in (".", "..") or norm.startswith("../"):
+        raise UnsafeManifestPath(f"Refusing model file {rel!r}: it would escape the model's folder.")
+    return norm
 
 
 def sha256_file(path: Path) -> str:

@@ -14,22 +14,21 @@ it needs only boto3 (credentials and ``AWS_ENDPOINT_URL`` from the usual AWS cha
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from llm import manifest  # raylift.manifest itself (a link): the one definition of a staged folder
+
 log = logging.getLogger("ray.serve")
 
-MANIFEST_NAME = "raylift-manifest.json"  # = raylift.manifest.MANIFEST_NAME
+MANIFEST_NAME = manifest.MANIFEST_NAME
 VERIFIED_NAME = ".raylift-verified.json"  # per cache dir: rel -> [size, mtime_ns, sha256] already checked
 CACHE_ENV, MOUNT_ENV = "RAYLIFT_MODEL_CACHE", "RAYLIFT_MODEL_MOUNT"
-_CHUNK = 8 * 1024 * 1024
 
 
 class ModelLocationError(RuntimeError):
@@ -57,10 +56,10 @@ def cache_root() -> Path:
 
 def safe_rel(rel: str) -> str:
     """A manifest path as a relative POSIX path inside the model folder; refuse anything that escapes it."""
-    norm = posixpath.normpath(rel) if rel else ""
-    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel or norm in (".", "..") or norm.startswith("../"):
-        raise ModelLocationError(f"Refusing model file {rel!r}: it would escape the model's folder.")
-    return norm
+    try:
+        return manifest.safe_rel(rel)
+    except manifest.UnsafeManifestPath as exc:
+        raise ModelLocationError(str(exc)) from None
 
 
 # -- mounted (HF_HOME-style) ----------------------------------------------------------------------
@@ -137,14 +136,6 @@ def _listing(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
     return files
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     """One downloader per model folder on this node (replicas start side by side)."""
@@ -202,7 +193,7 @@ def _still_good(path: Path, entry: dict[str, Any], seen: list[Any] | None) -> bo
         return True
     if seen is not None and seen[:2] == [st.st_size, st.st_mtime_ns] and seen[2] == want:
         return True
-    return _sha256(path) == want
+    return manifest.sha256_file(path) == want
 
 
 def _fetch(s3: Any, bucket: str, key: str, path: Path, entry: dict[str, Any]) -> list[Any]:
@@ -219,7 +210,7 @@ def _fetch(s3: Any, bucket: str, key: str, path: Path, entry: dict[str, Any]) ->
                 "(task/pod role, AWS_ENDPOINT_URL) and that the model is still staged."
             ) from None
         size, want = tmp.stat().st_size, entry.get("sha256")
-        if size != int(entry["size"]) or (want is not None and _sha256(tmp) != want):
+        if size != int(entry["size"]) or (want is not None and manifest.sha256_file(tmp) != want):
             raise ModelLocationError(
                 f"s3://{bucket}/{key} does not match raylift's manifest (size {size} vs {entry['size']}"
                 f"{', sha256 differs' if size == int(entry['size']) else ''}): re-run the stage step."

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,7 +20,10 @@ BUCKET = "raylift-models"
 
 
 def load_module() -> ModuleType:
-    """The module as the replica imports it (serve_apps is not a package of the control env)."""
+    """The module as the replica imports it (serve_apps is not a package of the control env; the replica has the
+    package's root on its path, so ``llm.manifest`` resolves there as it does here)."""
+    if str(ROOT / "serve_apps") not in sys.path:
+        sys.path.insert(0, str(ROOT / "serve_apps"))
     spec = importlib.util.spec_from_file_location("model_location", ROOT / "serve_apps/llm/model_location.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -113,3 +117,16 @@ def test_unreadable_bucket_names_the_fix(aws: str, tmp_path: Path, monkeypatch: 
     monkeypatch.setenv(ml.CACHE_ENV, str(tmp_path / "cache"))
     with pytest.raises(ml.ModelLocationError, match="no-such-bucket.*credentials"):
         ml.resolve_model("s3://no-such-bucket/models/tiny/main")
+
+
+def test_the_serve_app_reads_manifests_with_raylifts_own_module() -> None:
+    """One definition of a staged folder: the app's ``llm.manifest`` is raylift.manifest (a link that the
+    serve-app package carries as a file), not a copy that could drift."""
+    import raylift.manifest
+
+    link = ROOT / "serve_apps/llm/manifest.py"
+    assert link.is_symlink() and link.resolve() == Path(raylift.manifest.__file__).resolve()
+    assert ml.MANIFEST_NAME == raylift.manifest.MANIFEST_NAME
+    assert ml.manifest.sha256_file(link) == raylift.manifest.sha256_file(link)
+    with pytest.raises(ml.ModelLocationError, match="escape"):
+        ml.safe_rel("../outside")
