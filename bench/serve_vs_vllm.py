@@ -11,7 +11,7 @@ token, so "CPU ms per 1000 output tokens" by component says where the rest goes.
 
     .cache/venvs/control/bin/python bench/serve_vs_vllm.py [--rounds 3] [--requests 64] [--concurrency 8]
         [--serve-args '{"frontend_args": {"max_log_len": 0}}'] [--serve-env KEY=VALUE ...]
-        [--ingress proxy|haproxy] [--out NAME]
+        [--ingress haproxy|proxy] [--out NAME]
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def main() -> int:
     ap.add_argument("--serve-args", default="{}", help="JSON merged into the Serve app's args")
     ap.add_argument("--serve-env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra env var for the Serve app's runtime_env (repeatable)")
-    ap.add_argument("--ingress", default="proxy", choices=("proxy", "haproxy"),
+    ap.add_argument("--ingress", default="haproxy", choices=("haproxy", "proxy"),
                     help="what answers on the Serve port (RAYLIFT_SERVE_INGRESS): Serve's proxy or Ray's HAProxy")
     ap.add_argument("--out", default="serve_vs_vllm", help="result file name under bench/results/")
     args = ap.parse_args()

@@ -45,9 +45,11 @@ def settings_for(home: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Loc
     return settings
 
 
-def test_the_default_ingress_is_serves_own_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_ingress_is_haproxy_and_proxy_is_serves_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAYLIFT_SERVE_INGRESS", raising=False)
     seen = serve_constants(settings_for(tmp_path, monkeypatch))
+    assert seen["ha_proxy"] is True and seen["direct_ingress"] is True
+    seen = serve_constants(settings_for(tmp_path, monkeypatch, RAYLIFT_SERVE_INGRESS="proxy"))
     assert seen["ha_proxy"] is False and seen["direct_ingress"] is False
 
 
