@@ -1,0 +1,27 @@
+"""Serve application states: the one place raylift spells them.
+
+Ray has one enum for them, ``ray.serve.schema.ApplicationStatus``, but the control environment cannot import
+it: ``ray.serve`` pulls in its gRPC modules (``grpc_reflection``), which the client-side ray there lacks, and
+the trigger modules must stay free of ``ray`` anyway (the triggerer imports them). So this mirrors Ray's names
+and values; ``tests/test_serve_status.py`` checks it against Ray's own enum in the runtime environment. The
+dashboard's ``GET /api/serve/applications/`` and KubeRay's ``applicationStatuses`` both report these strings.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ApplicationStatus(str, Enum):
+    """Mirror of ``ray.serve.schema.ApplicationStatus`` (a ``str``: compares equal to the reported value)."""
+
+    NOT_STARTED = "NOT_STARTED"
+    DEPLOYING = "DEPLOYING"
+    DEPLOY_FAILED = "DEPLOY_FAILED"
+    RUNNING = "RUNNING"
+    UNHEALTHY = "UNHEALTHY"
+    DELETING = "DELETING"
+
+
+# Definitive failures: a wait fails at once on these instead of waiting for its deadline.
+FAILED_APP_STATES: frozenset[str] = frozenset({ApplicationStatus.DEPLOY_FAILED.value, ApplicationStatus.UNHEALTHY.value})
