@@ -84,7 +84,8 @@ READY = {
 def test_apply_then_ready_fires_one_success_event(kube_api: KubeApiStandIn) -> None:
     apply()
     kube_api.script_status(NS, NAME, [PREPARING, DEPLOYING, DEPLOYING, READY])
-    success = {"status": "success", "apps": {"llm": "RUNNING"}, "name": NAME, "namespace": NS}
+    success = {"status": "success", "apps": {"llm": "RUNNING"}, "name": NAME, "namespace": NS,
+               "message": "RayService raylift/llm ready"}  # every event has a message (triggers.polling)
     assert events(trigger()) == [success]
     gets = [r for r in kube_api.requests if r[0] == "GET"]
     assert len(gets) == 4  # it waited through every scripted state
