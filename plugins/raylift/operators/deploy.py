@@ -55,18 +55,27 @@ class ServeDeployOperator(TargetOperator):
         route_prefix: str | None = None,
         surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS,
         timeout_s: float = DEPLOY_TIMEOUT_S,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         """:param surge_replicas: extra replicas a code update starts before the old ones stop (start-before-stop);
-            0 is stop-before-start, which leaves the app without a serving replica while new ones load."""
+            0 is stop-before-start, which leaves the app without a serving replica while new ones load.
+        :param timeout_s: how long to wait for RUNNING before rolling back.
+        :param deferrable: free the worker slot while Serve deploys (the triggerer waits); False waits in the
+            worker on the same condition (the trigger's ``wait()``). None takes Airflow's
+            ``[operators] default_deferrable``, as the providers' operators do (raylift's own runs set it True)."""
+        from airflow.configuration import conf
+
         super().__init__(**kwargs)
         self.surge_replicas = surge_replicas
         self.artifact, self.model = artifact, model
         self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
         self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
         self.autoscaling, self.route_prefix = autoscaling or {}, route_prefix
-        self.timeout_s, self.deferrable = timeout_s, deferrable
+        self.timeout_s = timeout_s
+        self.deferrable = (
+            conf.getboolean("operators", "default_deferrable", fallback=False) if deferrable is None else deferrable
+        )
 
     def render(self) -> dict[str, Any]:
         """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""
@@ -210,13 +219,7 @@ class ServeDeployOperator(TargetOperator):
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout_s + 60),
             )
-        import asyncio
-
-        async def first_event() -> Any:
-            async for event in trigger.run():
-                return event.payload
-
-        return self.execute_complete(context, asyncio.run(first_event()))
+        return self.execute_complete(context, trigger.wait())  # same condition and retry rule, in this worker
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from datetime import datetime, timezone

@@ -29,16 +29,24 @@ class RayClusterReadySensor(BaseSensorOperator):
         expectation: Any,
         target: str = "local",
         target_options: dict[str, Any] | None = None,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        """:param expectation: the scale step's ``ClusterExpectation`` (its XCom).
+        :param target: the target's name; ``target_options`` its options.
+        :param deferrable: defer on the target's scale trigger (ECS) while tasks start; False pokes from the
+            start. None takes Airflow's ``[operators] default_deferrable`` (raylift's own runs set it True)."""
+        from airflow.configuration import conf
+
         kwargs.setdefault("poke_interval", 3)
         kwargs.setdefault("timeout", 300)
         super().__init__(**kwargs)
         self.target = target
         self.target_options = target_options or {}
         self.expectation = expectation
-        self.deferrable = deferrable
+        self.deferrable = (
+            conf.getboolean("operators", "default_deferrable", fallback=False) if deferrable is None else deferrable
+        )
         self._last_gaps: list[str] = []
 
     @cached_property
