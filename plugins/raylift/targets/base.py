@@ -15,7 +15,7 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
-    from raylift.triggers.base import PollingTrigger
+    from raylift.triggers.polling import PollingTrigger
 
 class Target(ABC):
     """A place raylift deploys to. Subclasses register themselves by ``name``."""

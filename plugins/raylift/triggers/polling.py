@@ -1,4 +1,4 @@
-"""PollingTrigger: one wait loop for raylift's "poll an API until a condition holds" triggers.
+"""PollingTrigger: one wait loop for raylift's "poll an API until a condition holds" triggers (Serve, RayService).
 
 Why one base: the Serve and RayService waits had each grown their own loop, their own idea of which errors to
 retry (the Serve one swallowed every exception until its deadline, so a bug or a bad token read as a slow
