@@ -169,3 +169,12 @@ def test_a_refused_connection_is_retried_until_the_deadline(form: str) -> None:
     event, _ = first_event(serve_trigger(f"http://127.0.0.1:{port}", timeout_s=0.5), form)
     assert event["status"] == "timeout", event
     assert "no answer yet" in event["message"] and "last error: ConnectError" in event["message"], event
+
+
+@FORMS
+def test_an_answer_it_cannot_read_fails_at_once_naming_it(dashboard: tuple[Script, str], form: str) -> None:
+    script, url = dashboard
+    script.answers = [(200, {"applications": {"llm": {"status": "RUNNING", "last_deployed_time_s": "yesterday"}}})]
+    event, _ = first_event(serve_trigger(url, timeout_s=30), form)
+    assert event["status"] == "failed" and "cannot read the answer (ValueError" in event["message"], event
+    assert script.gets == 1

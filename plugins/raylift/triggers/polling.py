@@ -105,14 +105,17 @@ class _Wait:
             verdict = classify(error)
             text = describe_error(error)
             if verdict == "auth":
-                return self._event({"status": "failed", "reason": "auth", "message": f"{t.subject}: access refused ({text})"})
+                return self._failed("auth", f"{t.subject}: access refused ({text})")
             if verdict == "fatal":
-                return self._event({"status": "failed", "reason": "error", "message": f"{t.subject}: {text}"})
+                return self._failed("error", f"{t.subject}: {text}")
             self.error = text
             t.log.warning("Polling %s failed (%s); retrying", t.subject, text)
         else:
             self.observed, self.error = observed, ""
-            event = t.evaluate(observed)
+            try:
+                event = t.evaluate(observed)
+            except Exception as exc:  # an answer it cannot read: say so now rather than crash the triggerer
+                return self._failed("error", f"{t.subject}: cannot read the answer ({describe_error(exc)})")
             if event is not None:
                 return self._event(event)
         if time.monotonic() >= self.deadline:
@@ -135,6 +138,10 @@ class _Wait:
         last_error = f"; last error: {self.error}" if self.error else ""
         message = f"{self.trigger.subject} not ready after {self.trigger.timeout_s:g}s ({text}){last_error}"
         return {**extra, "status": "timeout", "message": message}
+
+    def _failed(self, reason: str, message: str) -> dict[str, Any]:
+        """A ``failed`` event that is not the condition's own verdict: ``reason`` ``auth`` or ``error``."""
+        return self._event({"status": "failed", "reason": reason, "message": message})
 
     def _event(self, event: dict[str, Any]) -> dict[str, Any]:
         event = dict(event)
