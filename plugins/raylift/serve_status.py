@@ -9,11 +9,11 @@ dashboard's ``GET /api/serve/applications/`` and KubeRay's ``applicationStatuses
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ApplicationStatus(str, Enum):
-    """Mirror of ``ray.serve.schema.ApplicationStatus`` (a ``str``: compares equal to the reported value)."""
+class ApplicationStatus(StrEnum):
+    """Mirror of ``ray.serve.schema.ApplicationStatus`` (a ``str`` there too: compares equal to the reported value)."""
 
     NOT_STARTED = "NOT_STARTED"
     DEPLOYING = "DEPLOYING"
@@ -24,4 +24,4 @@ class ApplicationStatus(str, Enum):
 
 
 # Definitive failures: a wait fails at once on these instead of waiting for its deadline.
-FAILED_APP_STATES: frozenset[str] = frozenset({ApplicationStatus.DEPLOY_FAILED.value, ApplicationStatus.UNHEALTHY.value})
+FAILED_APP_STATES: frozenset[str] = frozenset({ApplicationStatus.DEPLOY_FAILED, ApplicationStatus.UNHEALTHY})

@@ -7,7 +7,6 @@ from typing import Any
 
 from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
 
-
 # KubeRay copies Serve's own application states into ``applicationStatuses[*].status``.
 AppStatus = ApplicationStatus
 

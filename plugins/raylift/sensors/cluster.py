@@ -19,7 +19,14 @@ DEFER_MARGIN_S = 120
 class RayClusterReadySensor(BaseSensorOperator):
     """Two stages: defer on the target's trigger for the slow part of a scale when it has one (ECS tasks
     starting), then poke ``target.check_ready()`` until Ray itself reports the nodes and resources.
-    On timeout the error names what is still missing."""
+    On timeout the error names what is still missing.
+
+    :param expectation: the scale step's ``ClusterExpectation`` (its XCom): the nodes and resources to wait for.
+    :param target: the target's name (``local``, ``ray``, ``ecs``, ``eks``).
+    :param target_options: the target's own options.
+    :param deferrable: defer on the target's scale trigger (ECS) while tasks start; False pokes from the start.
+        None takes Airflow's ``[operators] default_deferrable`` (raylift's own runs set it True).
+    """
 
     template_fields: Sequence[str] = ("target", "target_options", "expectation")
 
@@ -32,10 +39,6 @@ class RayClusterReadySensor(BaseSensorOperator):
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        """:param expectation: the scale step's ``ClusterExpectation`` (its XCom).
-        :param target: the target's name; ``target_options`` its options.
-        :param deferrable: defer on the target's scale trigger (ECS) while tasks start; False pokes from the
-            start. None takes Airflow's ``[operators] default_deferrable`` (raylift's own runs set it True)."""
         from airflow.configuration import conf
 
         kwargs.setdefault("poke_interval", 3)

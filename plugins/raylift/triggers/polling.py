@@ -194,16 +194,20 @@ class PollingTrigger(BaseTrigger):
 
     async def _arun(self) -> dict[str, Any]:
         wait = _Wait(self)
-        while (event := wait.outcome(*await _atry(self.apoll))) is None:
+        while True:
+            event = wait.outcome(*await _atry(self.apoll))
+            if event is not None:
+                return event
             await asyncio.sleep(wait.pause())
-        return event
 
     def wait(self) -> dict[str, Any]:
         """For an operator that does not defer: the same wait, blocking in this process; returns the event."""
         wait = _Wait(self)
-        while (event := wait.outcome(*_try(self.poll))) is None:
+        while True:
+            event = wait.outcome(*_try(self.poll))
+            if event is not None:
+                return event
             time.sleep(wait.pause())
-        return event
 
 
 def _try(poll: Callable[[], Any]) -> tuple[Any, BaseException | None]:

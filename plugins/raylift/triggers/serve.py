@@ -79,8 +79,10 @@ class ServeApplicationsTrigger(PollingTrigger):
         out: dict[str, str] = {}
         for name in self.app_names:
             app = apps.get(name)
-            fresh = app is not None and float(app.get("last_deployed_time_s") or 0) >= self.submitted_at - 1
-            out[name] = str(app.get("status")) if fresh else PENDING
+            if app is not None and float(app.get("last_deployed_time_s") or 0) >= self.submitted_at - 1:
+                out[name] = str(app.get("status"))
+            else:
+                out[name] = PENDING
         return out
 
     def evaluate(self, payload: dict[str, Any]) -> dict[str, Any] | None:
