@@ -1,10 +1,12 @@
 """Serve application states: the one place raylift spells them.
 
-Ray has one enum for them, ``ray.serve.schema.ApplicationStatus``, but the control environment cannot import
-it: ``ray.serve`` pulls in its gRPC modules (``grpc_reflection``), which the client-side ray there lacks, and
-the trigger modules must stay free of ``ray`` anyway (the triggerer imports them). So this mirrors Ray's names
-and values; ``tests/test_serve_status.py`` checks it against Ray's own enum in the runtime environment. The
-dashboard's ``GET /api/serve/applications/`` and KubeRay's ``applicationStatuses`` both report these strings.
+Ray has one enum for them, ``ray.serve.schema.ApplicationStatus``, but importing it loads ``ray.serve`` (Ray's
+client, pydantic models and gRPC modules), which the trigger modules and ``raylift.kuberay.status`` must not do:
+the triggerer and every DAG parse import them (``tests/triggers/test_rayservice.py`` checks no ``ray`` is
+loaded), and before grpcio-reflection joined the control lock it did not even import there. So this mirrors
+Ray's names and values; ``tests/test_serve_status.py`` checks it against Ray's own enum in the runtime
+environment. The dashboard's ``GET /api/serve/applications/`` and KubeRay's ``applicationStatuses`` both
+report these strings.
 """
 
 from __future__ import annotations
