@@ -98,7 +98,7 @@ def main() -> int:
     import subprocess
 
     from raylift.config import repo_root
-    from raylift.rollback import wait_running
+    from raylift.rollout import wait_for_apps
     from raylift.serve_config import load_config, merge_app, render_app
     from raylift.targets.local import LocalTarget
 
@@ -119,7 +119,7 @@ def main() -> int:
                          args={"model": staged.uri, "served_model_name": "tiny-t5", "version": "v0"})
         target.apply_serve_config(merge_app(target.current_serve_config(), app,
                                             defaults={**base, **target.serve_cluster_options()}))
-        if wait_running(target.dashboard, "translator", timeout_s=300).get("status") != "RUNNING":
+        if wait_for_apps(target, ["translator"], timeout_s=300)["status"] != "success":
             raise RuntimeError("the translator did not start")
         url = f"{target.endpoint_url()}{app.get('route_prefix', '/translate')}"
         n = 0

@@ -100,7 +100,7 @@ def start_serve(model: Path, name: str, home: Path, *, app_args: dict, env_vars:
 
 
 def _deploy(target: object, model: Path, name: str, *, app_args: dict, env_vars: dict[str, str]) -> object:
-    from raylift.rollback import wait_running
+    from raylift.rollout import wait_for_apps
     from raylift.serve_config import merge_app, render_app
 
     artifact = target.build_artifact()
@@ -112,8 +112,8 @@ def _deploy(target: object, model: Path, name: str, *, app_args: dict, env_vars:
                      args={"model": staged.uri, "served_model_name": name, **app_args})
     defaults = {**base, **target.serve_cluster_options()}
     target.apply_serve_config(merge_app(current, app, defaults=defaults))
-    status = wait_running(target.dashboard, "llm", timeout_s=600)
-    if status.get("status") != "RUNNING":
+    status = wait_for_apps(target, ["llm"], timeout_s=600)
+    if status["status"] != "success":
         raise RuntimeError(f"Serve app did not start: {status}")
     return target
 

@@ -7,7 +7,8 @@ export AIRFLOW__CORE__PLUGINS_FOLDER=$RAYLIFT_ROOT/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__PARALLELISM=${AIRFLOW__CORE__PARALLELISM:-4}
 export AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG=4
-# Waits on AWS (the image build, the provider's operators) defer to the triggerer instead of holding a worker.
+# raylift's waits (the image build, the cluster, the deploy) and the providers' operators defer to the triggerer
+# instead of holding a worker: their deferrable default follows this setting.
 export AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=${AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE:-True}
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT=${AIRFLOW__API__PORT:-8080}

@@ -75,7 +75,17 @@ class ManifestValidationError(RayliftValueError):
 
 
 class KubernetesApiError(RayliftError):
-    """The Kubernetes API refused a request (the message carries its status code and reason)."""
+    """The Kubernetes API refused a request (the message carries its status code and reason).
+
+    :param status: the HTTP status, so a wait can tell a passing failure (5xx, 429) from a definitive one.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[type, tuple[str, int | None]]:
+        return (type(self), (self.args[0], self.status))
 
 
 class RedeployError(RayliftError):

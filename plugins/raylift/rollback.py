@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from raylift.deploy_state import DeploymentState
-from raylift.hooks.ray_dashboard import RayDashboardHook
 from raylift.serve_config import app_by_name, merge_app
 from raylift.targets.base import Target
 
@@ -93,14 +91,3 @@ def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 
     return counts(a) == counts(b)
 
-
-def wait_running(dashboard: RayDashboardHook, app_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
-    """Block until ``app_name`` is RUNNING again (used after a rollback, which reuses cached replicas)."""
-    deadline = time.monotonic() + timeout_s
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        status = dashboard.app_statuses(dashboard.serve_applications()).get(app_name, {})
-        if status.get("status") == "RUNNING":
-            return status
-        time.sleep(2)
-    return status

@@ -21,7 +21,6 @@ the native field replaced it. Without either, the same updates failed no request
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 from typing import Any
@@ -123,16 +122,10 @@ def with_native_surge(app: dict[str, Any], extra: int) -> dict[str, Any]:
 
 
 def wait_for_apps(target: Target, app_names: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run the target's deploy trigger to its first event, in this process (for steps that must
-    finish a rollout before they return, such as a rollback)."""
-    trigger = target.deploy_trigger(app_names=app_names, timeout_s=timeout_s)
-
-    async def first_event() -> dict[str, Any]:
-        async for event in trigger.run():
-            return dict(event.payload)
-        return {"status": "error", "message": "the deploy trigger ended without an event"}
-
-    return asyncio.run(first_event())
+    """Wait in this process until ``app_names`` are RUNNING (for steps that must finish a rollout before they
+    return, such as a rollback): the target's deploy trigger's own condition and retry rule, through its
+    blocking ``wait()``. Returns its event (``status`` success / failed / timeout, ``message``)."""
+    return target.deploy_trigger(app_names=app_names, timeout_s=timeout_s).wait()
 
 
 def apply_start_before_stop(

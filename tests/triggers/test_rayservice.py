@@ -84,7 +84,8 @@ READY = {
 def test_apply_then_ready_fires_one_success_event(kube_api: KubeApiStandIn) -> None:
     apply()
     kube_api.script_status(NS, NAME, [PREPARING, DEPLOYING, DEPLOYING, READY])
-    success = {"status": "success", "apps": {"llm": "RUNNING"}, "name": NAME, "namespace": NS}
+    success = {"status": "success", "apps": {"llm": "RUNNING"}, "name": NAME, "namespace": NS,
+               "message": "RayService raylift/llm ready"}  # every event has a message (triggers.polling)
     assert events(trigger()) == [success]
     gets = [r for r in kube_api.requests if r[0] == "GET"]
     assert len(gets) == 4  # it waited through every scripted state
@@ -199,3 +200,28 @@ def test_trigger_and_manifest_modules_import_no_heavy_clients() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_wait_in_process_reads_the_same_condition_with_the_sync_client(kube_api: KubeApiStandIn) -> None:
+    """An operator that does not defer: wait() blocks on the same rules through the sync KubeRayHook."""
+    apply()
+    kube_api.script_status(NS, NAME, [PREPARING, DEPLOYING, READY])
+    event = trigger().wait()
+    assert event["status"] == "success" and event["apps"] == {"llm": "RUNNING"}, event
+    assert len([r for r in kube_api.requests if r[0] == "GET"]) == 3
+
+
+def test_wait_in_process_fails_fast_on_rejected_credentials(
+    kube_api: KubeApiStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = kube_api.kubeconfig()
+    config["users"][0]["user"]["token"] = "expired-token"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": config}}),
+    )
+    started = time.monotonic()
+    event = trigger(timeout_s=30).wait()
+    assert event["status"] == "failed" and event["reason"] == "auth", event
+    assert "HTTP 401" in event["message"] and "expired-token" not in event["message"]
+    assert time.monotonic() - started < 10

@@ -37,7 +37,7 @@ class KubeRayHook(KubernetesHook):
 
     def __init__(
         self,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str | None = "kubernetes_default",
         *,
         in_cluster: bool | None = None,
         config_dict: dict[str, Any] | None = None,
@@ -138,5 +138,6 @@ def _api_error(verb: str, namespace: str, name: str, err: Any) -> KubernetesApiE
     return KubernetesApiError(
         f"Kubernetes refused to {verb} RayService {namespace}/{name}: HTTP {err.status}: {reason}. "
         "Check the connection's cluster, credentials (RBAC on rayservices.ray.io) and that KubeRay "
-        "is installed."
+        "is installed.",
+        status=getattr(err, "status", None),
     )

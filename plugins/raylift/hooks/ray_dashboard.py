@@ -18,12 +18,23 @@ from typing import Any
 import httpx
 from airflow.sdk.bases.hook import BaseHook
 
-from raylift.errors import ClusterError, DeployError
+from raylift.errors import ClusterError, CredentialsError, DeployError
 from raylift.records import ClusterState
 
 
-class RayAuthError(ClusterError):
-    """The dashboard refused raylift's request: token auth is on and the token is missing or wrong."""
+class RayAuthError(ClusterError, CredentialsError):
+    """The dashboard refused raylift's request: token auth is on and the token is missing or wrong.
+
+    :param status: the dashboard's answer (401, 403), or None when the token could not even be read; a wait
+        fails at once on this error rather than retrying it.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[type, tuple[str, int | None]]:
+        return (type(self), (self.args[0], self.status))
 
 
 def ray_auth_token() -> str | None:
@@ -38,13 +49,6 @@ def ray_auth_token() -> str | None:
         except OSError as exc:
             raise RayAuthError(f"RAY_AUTH_TOKEN_PATH names {path!r}, which cannot be read ({type(exc).__name__}).") from None
     return None
-
-
-# Serve application states (ray.serve.schema.ApplicationStatus)
-APP_RUNNING = "RUNNING"
-APP_DEPLOY_FAILED = "DEPLOY_FAILED"
-APP_UNHEALTHY = "UNHEALTHY"
-APP_FAILED_STATES = frozenset({APP_DEPLOY_FAILED, APP_UNHEALTHY})
 
 
 class RayDashboardHook(BaseHook):
@@ -81,12 +85,14 @@ class RayDashboardHook(BaseHook):
             raise RayAuthError(
                 f"The Ray dashboard at {self.address} requires a token (the cluster runs with RAY_AUTH_MODE=token) "
                 "and raylift sent none: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) for the Airflow workers and "
-                "triggerer, or the password of the ray_dashboard connection, to the cluster's token."
+                "triggerer, or the password of the ray_dashboard connection, to the cluster's token.",
+                status=401,
             )
         if resp.status_code == 403:
             raise RayAuthError(
                 f"The Ray dashboard at {self.address} rejected raylift's token (403): it is not the cluster's "
-                "RAY_AUTH_TOKEN. Check the secret the Airflow workers read it from."
+                "RAY_AUTH_TOKEN. Check the secret the Airflow workers read it from.",
+                status=403,
             )
         return resp
 
@@ -196,12 +202,21 @@ class RayDashboardHook(BaseHook):
                 f"Ray Serve refused the config ({resp.status_code}): {resp.text[:1000]}"
             )
 
-    # -- async (triggers) ---------------------------------------------------------------------
+    # -- for waits (raylift.triggers.serve): httpx's own errors propagate, sync and async ---------
+    # Unlike serve_applications(), these keep httpx's TransportError / HTTPStatusError (with the status code),
+    # so the wait can retry a passing failure (connection, timeout, 5xx, 429) and fail at once on the rest.
+    def poll_serve_applications(self) -> dict[str, Any]:
+        """``GET /api/serve/applications/`` in this process; the async twin is ``aserve_applications``."""
+        resp = httpx.get(f"{self.address}/api/serve/applications/", timeout=self.timeout_s, headers=self.headers)
+        self._check_auth(resp).raise_for_status()
+        return dict(resp.json())
+
     async def aserve_applications(self) -> dict[str, Any]:
+        """``GET /api/serve/applications/`` without blocking the triggerer's loop."""
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
             resp = await client.get(f"{self.address}/api/serve/applications/")
         self._check_auth(resp).raise_for_status()
-        return resp.json()
+        return dict(resp.json())
 
     # -- Ray Jobs (REST API: POST /api/jobs/, GET /api/jobs/<id>, GET /api/jobs/<id>/logs) -------
     def submit_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None) -> str:

@@ -5,18 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
 
-class AppStatus:
-    """Serve application states as KubeRay copies them from Serve (``applicationStatuses[*].status``)."""
-
-    NOT_STARTED = "NOT_STARTED"
-    DEPLOYING = "DEPLOYING"
-    RUNNING = "RUNNING"
-    DEPLOY_FAILED = "DEPLOY_FAILED"
-    UNHEALTHY = "UNHEALTHY"
-    DELETING = "DELETING"
-
-    FAILED_STATES = frozenset({DEPLOY_FAILED, UNHEALTHY})
+# KubeRay copies Serve's own application states into ``applicationStatuses[*].status``.
+AppStatus = ApplicationStatus
 
 
 @dataclass(frozen=True)
@@ -41,11 +33,11 @@ class RayServiceStatus:
         return {
             app: self.app_messages.get(app) or state
             for app, state in self.app_statuses.items()
-            if state in AppStatus.FAILED_STATES and (names is None or app in names)
+            if state in FAILED_APP_STATES and (names is None or app in names)
         }
 
     def all_running(self, names: list[str]) -> bool:
-        return all(self.app_statuses.get(app) == AppStatus.RUNNING for app in names)
+        return all(self.app_statuses.get(app) == ApplicationStatus.RUNNING for app in names)
 
 
 def rayservice_status(obj: dict[str, Any] | None) -> RayServiceStatus:

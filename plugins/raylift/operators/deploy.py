@@ -15,7 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS, SERVE_APPS_DIR_NAME, repo_root
+from raylift.config import (
+    DEFAULT_APP_NAME,
+    DEPLOY_TIMEOUT_S,
+    ROLLOUT_SURGE_REPLICAS,
+    SERVE_APPS_DIR_NAME,
+    repo_root,
+)
 from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 from raylift.records import Artifact, StagedModel
@@ -23,7 +29,25 @@ from raylift.records import Artifact, StagedModel
 
 class ServeDeployOperator(TargetOperator):
     """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
-    on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order)."""
+    on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order).
+
+    :param artifact: the build step's ``Artifact`` (its XCom): the ``working_dir`` the app runs from.
+    :param model: the stage step's ``StagedModel`` (its XCom): the model URI the app loads.
+    :param served_name: the ``model`` name clients send.
+    :param app_name: the Serve application's name (apps sharing a cluster need their own).
+    :param serve_config: the base config under ``serve_apps/configs/``; its ``import_path`` gives the app's kind.
+    :param replicas: Serve replicas (an integer >= 0; a string from a template is converted).
+    :param engine_args: extra vLLM engine args, checked by vLLM before anything is applied.
+    :param app_args: extra args for the app.
+    :param autoscaling: Serve autoscaling (``min_replicas``, ``max_replicas``...); empty: fixed ``replicas``.
+    :param route_prefix: where the app answers; None: the config's.
+    :param surge_replicas: extra replicas a code update starts before the old ones stop (start-before-stop);
+        0 is stop-before-start, which leaves the app without a serving replica while new ones load.
+    :param timeout_s: how long to wait for RUNNING before rolling back.
+    :param deferrable: free the worker slot while Serve deploys (the triggerer waits); False waits in the
+        worker on the same condition (the trigger's ``wait()``). None takes Airflow's
+        ``[operators] default_deferrable``, as the providers' operators do (raylift's own runs set it True).
+    """
 
     template_fields = (
         *TargetOperator.template_fields,
@@ -55,18 +79,21 @@ class ServeDeployOperator(TargetOperator):
         route_prefix: str | None = None,
         surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS,
         timeout_s: float = DEPLOY_TIMEOUT_S,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        """:param surge_replicas: extra replicas a code update starts before the old ones stop (start-before-stop);
-            0 is stop-before-start, which leaves the app without a serving replica while new ones load."""
+        from airflow.configuration import conf
+
         super().__init__(**kwargs)
         self.surge_replicas = surge_replicas
         self.artifact, self.model = artifact, model
         self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
         self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
         self.autoscaling, self.route_prefix = autoscaling or {}, route_prefix
-        self.timeout_s, self.deferrable = timeout_s, deferrable
+        self.timeout_s = timeout_s
+        self.deferrable = (
+            conf.getboolean("operators", "default_deferrable", fallback=False) if deferrable is None else deferrable
+        )
 
     def render(self) -> dict[str, Any]:
         """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""
@@ -210,16 +237,10 @@ class ServeDeployOperator(TargetOperator):
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout_s + 60),
             )
-        import asyncio
-
-        async def first_event() -> Any:
-            async for event in trigger.run():
-                return event.payload
-
-        return self.execute_complete(context, asyncio.run(first_event()))
+        return self.execute_complete(context, trigger.wait())  # same condition and retry rule, in this worker
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        from datetime import datetime, timezone
+        from datetime import UTC, datetime
 
         from raylift.rollback import restore_app
         from raylift.serve_config import app_by_name, app_kind, app_url, config_hash
@@ -229,7 +250,7 @@ class ServeDeployOperator(TargetOperator):
             self.log.info("Serve apps RUNNING: %s", event.get("apps"))
             app = app_by_name(config, str(self.app_name)) or {}
             seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
-            running_at = datetime.fromtimestamp(seen, timezone.utc) if seen else datetime.now(timezone.utc)
+            running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)
             dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
             if dark_since:
                 self.log.warning(

@@ -19,7 +19,14 @@ DEFER_MARGIN_S = 120
 class RayClusterReadySensor(BaseSensorOperator):
     """Two stages: defer on the target's trigger for the slow part of a scale when it has one (ECS tasks
     starting), then poke ``target.check_ready()`` until Ray itself reports the nodes and resources.
-    On timeout the error names what is still missing."""
+    On timeout the error names what is still missing.
+
+    :param expectation: the scale step's ``ClusterExpectation`` (its XCom): the nodes and resources to wait for.
+    :param target: the target's name (``local``, ``ray``, ``ecs``, ``eks``).
+    :param target_options: the target's own options.
+    :param deferrable: defer on the target's scale trigger (ECS) while tasks start; False pokes from the start.
+        None takes Airflow's ``[operators] default_deferrable`` (raylift's own runs set it True).
+    """
 
     template_fields: Sequence[str] = ("target", "target_options", "expectation")
 
@@ -29,16 +36,20 @@ class RayClusterReadySensor(BaseSensorOperator):
         expectation: Any,
         target: str = "local",
         target_options: dict[str, Any] | None = None,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        from airflow.configuration import conf
+
         kwargs.setdefault("poke_interval", 3)
         kwargs.setdefault("timeout", 300)
         super().__init__(**kwargs)
         self.target = target
         self.target_options = target_options or {}
         self.expectation = expectation
-        self.deferrable = deferrable
+        self.deferrable = (
+            conf.getboolean("operators", "default_deferrable", fallback=False) if deferrable is None else deferrable
+        )
         self._last_gaps: list[str] = []
 
     @cached_property

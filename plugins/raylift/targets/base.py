@@ -15,6 +15,8 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
+    from raylift.triggers.polling import PollingTrigger
+
 class Target(ABC):
     """A place raylift deploys to. Subclasses register themselves by ``name``."""
 
@@ -84,8 +86,9 @@ class Target(ABC):
         """Apply a whole Serve config (the caller has merged it with what is running)."""
 
     @abstractmethod
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> BaseTrigger:
-        """A trigger that fires when ``app_names`` are RUNNING, or with Serve's error when one fails."""
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> PollingTrigger:
+        """A trigger that fires when ``app_names`` are RUNNING, or with Serve's error when one fails. A
+        ``PollingTrigger``: an operator that does not defer waits on the same condition with its ``wait()``."""
 
     @abstractmethod
     def endpoint_url(self) -> str:

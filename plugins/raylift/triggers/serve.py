@@ -1,23 +1,33 @@
-"""ServeApplicationsTrigger: wait on the Ray dashboard until Serve apps are RUNNING (or fail with Serve's message)."""
+"""ServeApplicationsTrigger: wait on the Ray dashboard until Serve apps are RUNNING (or fail with Serve's message).
+
+Used by every target that talks to a Ray dashboard (local, ecs, ray). The loop, the retry rule and the event
+words are ``raylift.triggers.polling.PollingTrigger``'s; this module only reads the dashboard and judges a payload.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
+from raylift.triggers.polling import PollingTrigger
+
+PENDING = "PENDING"  # raylift's word for "not (re)deployed since submitted_at yet": not one of Serve's states
 
 
-class ServeApplicationsTrigger(BaseTrigger):
-    """Poll ``GET /api/serve/applications/`` asynchronously.
+class ServeApplicationsTrigger(PollingTrigger):
+    """Poll ``GET /api/serve/applications/`` until every app in ``app_names`` is RUNNING.
 
     An app counts only once it was (re)deployed at or after ``submitted_at``: right after a PUT the
     controller may still report the *previous* version as RUNNING, which must not pass for the new one.
-    Emits one event: ``success`` (all RUNNING), ``failed`` (an app DEPLOY_FAILED/UNHEALTHY, with Serve's
-    own message, or the dashboard refused the token: 401/403 are not retried) or ``timeout`` (with the
-    last statuses seen).
+    Emits one event: ``success`` (all RUNNING, ``apps``), ``failed`` (an app DEPLOY_FAILED/UNHEALTHY, with
+    Serve's own message and the deployments', or the dashboard refused the token) or ``timeout`` (with the
+    last statuses seen, or the last error).
+
+    :param dashboard_url: the dashboard, ``http://host:8265``.
+    :param app_names: the Serve applications that must all be RUNNING.
+    :param submitted_at: epoch seconds of the config write this wait is for.
+    :param timeout_s: seconds until the ``timeout`` event.
+    :param poll_interval_s: seconds between polls.
     """
 
     def __init__(
@@ -28,12 +38,11 @@ class ServeApplicationsTrigger(BaseTrigger):
         timeout_s: float = 600.0,
         poll_interval_s: float = 3.0,
     ) -> None:
-        super().__init__()
+        super().__init__(timeout_s=timeout_s, poll_interval_s=poll_interval_s)
         self.dashboard_url = dashboard_url
         self.app_names = list(app_names)
         self.submitted_at = submitted_at
-        self.timeout_s = timeout_s
-        self.poll_interval_s = poll_interval_s
+        self._hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -47,16 +56,41 @@ class ServeApplicationsTrigger(BaseTrigger):
             },
         )
 
-    def evaluate(self, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """The event to emit for one status payload, or None to keep waiting. Pure, so it is testable."""
+    @property
+    def subject(self) -> str:
+        return f"Serve apps {self.app_names} at {self.dashboard_url}"
+
+    def _dashboard(self) -> Any:
+        from raylift.hooks.ray_dashboard import RayDashboardHook
+
+        if self._hook is None:  # built on first poll: the triggerer is another host (its token, its env)
+            self._hook = RayDashboardHook(self.dashboard_url, timeout_s=10)
+        return self._hook
+
+    def poll(self) -> dict[str, Any]:
+        return self._dashboard().poll_serve_applications()
+
+    async def apoll(self) -> dict[str, Any]:
+        return await self._dashboard().aserve_applications()
+
+    def statuses(self, payload: dict[str, Any]) -> dict[str, str]:
+        """``{app: Serve's status}`` for ``app_names``; PENDING while an app still shows its previous version."""
         apps = payload.get("applications") or {}
-        statuses: dict[str, str] = {}
+        out: dict[str, str] = {}
         for name in self.app_names:
             app = apps.get(name)
-            fresh = app is not None and float(app.get("last_deployed_time_s") or 0) >= self.submitted_at - 1
-            status = app.get("status") if fresh else "PENDING"
-            statuses[name] = status
-            if fresh and status in ("DEPLOY_FAILED", "UNHEALTHY"):
+            if app is not None and float(app.get("last_deployed_time_s") or 0) >= self.submitted_at - 1:
+                out[name] = str(app.get("status"))
+            else:
+                out[name] = PENDING
+        return out
+
+    def evaluate(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """The event to emit for one status payload, or None to keep waiting. Pure, so it is testable."""
+        statuses = self.statuses(payload)
+        for name, status in statuses.items():
+            if status in FAILED_APP_STATES:
+                app = (payload.get("applications") or {})[name]
                 # The app-level message is often generic ("Failed to update the deployments");
                 # the deployments' own messages carry the replica's exception.
                 details = [
@@ -66,32 +100,10 @@ class ServeApplicationsTrigger(BaseTrigger):
                 ]
                 message = "; ".join([app.get("message") or "no message from Serve", *details])
                 return {"status": "failed", "app": name, "app_status": status, "message": message}
-        if all(s == "RUNNING" for s in statuses.values()):
+        if all(s == ApplicationStatus.RUNNING for s in statuses.values()):
             return {"status": "success", "apps": statuses}
         return None
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from raylift.hooks.ray_dashboard import RayAuthError, RayDashboardHook
-
-        hook = RayDashboardHook(self.dashboard_url, timeout_s=10)
-        deadline = time.monotonic() + self.timeout_s
-        last: dict[str, Any] = {}
-        while True:
-            try:
-                payload = await hook.aserve_applications()
-                last = hook.app_statuses(payload)
-                event = self.evaluate(payload)
-                if event is not None:  # seen_at: when the wait saw it (the run record's trigger→RUNNING)
-                    yield TriggerEvent({**event, "seen_at": time.time()})
-                    return
-            except RayAuthError as exc:  # a missing or wrong token does not fix itself: fail now, not at the deadline
-                yield TriggerEvent({"status": "failed", "app_status": "auth", "message": str(exc)})
-                return
-            except Exception as exc:  # dashboard briefly unreachable: keep waiting until the deadline
-                last = {"error": f"{type(exc).__name__}: {exc}"}
-            if time.monotonic() > deadline:
-                yield TriggerEvent(
-                    {"status": "timeout", "message": f"not RUNNING after {self.timeout_s:.0f}s", "last": last}
-                )
-                return
-            await asyncio.sleep(self.poll_interval_s)
+    def progress(self, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        statuses = self.statuses(payload)
+        return ", ".join(f"{app}={status}" for app, status in statuses.items()), {"apps": statuses}
