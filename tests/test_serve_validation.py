@@ -8,6 +8,9 @@ serve_apps/configs/ as the deploy step renders them.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -285,6 +288,13 @@ def test_the_whole_config_is_checked_by_rays_serve_deploy_schema() -> None:
         r"application `app`.*\(Ray's ServeDeploySchema\)"
     ):
         fit(a, SEED_GPU_CLUSTER, others=[other])
+
+
+def test_ray_serve_schema_is_not_imported_with_the_module() -> None:
+    """The DAG processor imports the operators: Ray's models load only when a deploy checks a config."""
+    code = "import sys, raylift.serve_validation; sys.exit('ray' in sys.modules or 'pydantic' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
+    assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
 
 
 def test_max_ongoing_below_the_autoscaling_target_is_refused() -> None:

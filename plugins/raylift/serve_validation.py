@@ -23,6 +23,13 @@ Serve accepts a config it cannot place and leaves the replicas PENDING until the
 Every fit refusal names the numbers (needed vs available) and what to change. Only conditions that are
 certain to fail are refused; an autoscaling ceiling above the cluster's size is a warning (a cloud
 cluster may grow).
+
+Import cost: Ray's models are imported inside the functions that use them, never at module import, so
+the DAG processor (which imports the operators) does not load Ray (a test checks). ``python -X importtime
+-c "import ray.serve.schema"`` in the control env (Ray 2.60, pydantic 2.14, 2 shared cores, 12 runs):
+0.69-0.85 s cumulative (0.9 s wall for the whole process; 1.3-1.6 s while the machine was busier), of which
+``import ray`` is about 0.3 s and the ``ray.serve`` package (FastAPI's models, the request router) the
+rest. Paid once per deploy task, in the worker, before anything is applied.
 """
 
 from __future__ import annotations
