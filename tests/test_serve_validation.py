@@ -8,6 +8,9 @@ serve_apps/configs/ as the deploy step renders them.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,7 +130,7 @@ def test_neuron_replicas_beyond_the_cores_are_refused() -> None:
 
 
 def test_other_apps_hold_their_resources() -> None:
-    other = app("translator-gpu.yaml", replicas=20)  # 10 GPUs
+    other = app("translator-gpu.yaml", replicas=20, route_prefix="/translate")  # 10 GPUs
     other["name"] = "translator"
     with pytest.raises(
         ServeFitError, match=r"GPU: needs 4 .* cluster has 12, other apps hold 10, so 2 are free"
@@ -182,33 +185,116 @@ def test_autoscaling_floor_must_fit_and_ceiling_only_warns() -> None:
         fit(apply_autoscaling(scaled, {"min_replicas": 4}), SEED_GPU_CLUSTER)
 
 
+def no_count(d: dict) -> None:
+    d.pop("num_replicas")
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.update(num_replicas=-1), "num_replicas must be an integer >= 0, got -1"),
         (
-            lambda d: d.update(autoscaling_config={"min_replicas": 3, "max_replicas": 2}),
-            "min_replicas (3) <= max_replicas (2)",
+            lambda d: d.update(num_replicas=-1),
+            "deployments[LLMServer].num_replicas: Input should be greater than 0 or Input should be a valid string "
+            "(got -1) (Ray's ServeApplicationSchema)",
+        ),
+        (
+            lambda d: (no_count(d), d.update(autoscaling_config={"min_replicas": 3, "max_replicas": 2})),
+            "deployments[LLMServer].autoscaling_config: max_replicas (2) must be greater than or equal to "
+            "min_replicas (3) (Ray's AutoscalingConfig)",
         ),
         (
             lambda d: d.update(autoscaling_config={"min_replicas": 1, "max_replicas": 2}),
-            "sets both num_replicas",
+            "deployments[LLMServer]: Manually setting num_replicas is not allowed when autoscaling_config is "
+            "provided (Ray's ServeApplicationSchema)",
         ),
-        (lambda d: d.update(placement_group_strategy="TIGHT"), "'TIGHT' is not one of PACK"),
+        (
+            lambda d: d.update(placement_group_strategy="TIGHT"),
+            "deployments[LLMServer].placement_group_bundles/placement_group_strategy: Invalid placement group "
+            "strategy TIGHT",
+        ),
         (
             lambda d: d["ray_actor_options"].update(num_gpus=1.5),
             "num_gpus 1.5: Ray shares a GPU only in fractions",
         ),
-        (lambda d: d["ray_actor_options"].update(num_cpus=2), "must fit placement_group_bundles[0]"),
-        (lambda d: d.update(placement_group_bundles=[]), "non-empty list of non-empty resource mappings"),
+        (
+            lambda d: d["ray_actor_options"].update(num_cpus=2),
+            "`num_cpus` for the actor is 2.0, but the bundle only has 1.0 `CPU` specified (Ray Serve's ReplicaConfig)",
+        ),
+        (
+            lambda d: d.update(placement_group_bundles=[]),
+            "deployments[LLMServer].placement_group_bundles/placement_group_strategy: Bundles must be a non-empty list "
+            "of resource dictionaries",
+        ),
+        (
+            lambda d: d["placement_group_bundles"][1].update(GPU="one"),
+            "deployments[LLMServer].placement_group_bundles[1].GPU: Input should be a valid number, unable to parse "
+            "string as a number (got 'one') (Ray's ServeApplicationSchema)",
+        ),
+        (
+            lambda d: (no_count(d), d.update(autoscaling_config={"max_replicas": 0})),
+            "deployments[LLMServer].autoscaling_config.max_replicas: Input should be greater than 0 (got 0) "
+            "(Ray's AutoscalingConfig)",
+        ),
     ],
 )
-def test_schema_problems_are_refused(mutate, message: str) -> None:  # noqa: ANN001 - small mutators
+def test_schema_problems_are_refused_by_rays_models(mutate, message: str) -> None:  # noqa: ANN001 - small mutators
+    """Ray's models decide what is valid; the refusal names the field path and Ray's reason."""
     a = app("llm-gpu-tp4.yaml")
     mutate(a["deployments"][0])
     with pytest.raises(ServeFitError, match="is not a valid config") as err:
         fit(a, SEED_GPU_CLUSTER)
     assert message in str(err.value)
+    assert "Nothing was deployed" in str(err.value)
+
+
+def test_replica_counts_follow_ray_not_raylifts_old_rules() -> None:
+    """``num_replicas: auto`` alone is Serve's default autoscaling (min 1, max 100): raylift's own rules refused
+    it; ``num_replicas: 0`` is refused by Ray (a PositiveInt): raylift's own rules allowed it."""
+    auto = app("llm-gpu-tp4.yaml")
+    auto["deployments"][0]["num_replicas"] = "auto"
+    report = fit(auto, SEED_GPU_CLUSTER)
+    assert "GPU: needs 4 = 1 x 4 (LLMServer); cluster has 12, other apps hold 0" in report.lines
+    assert any("max_replicas 100 would need 400 GPU" in w for w in report.warnings)
+    auto["deployments"][0]["autoscaling_config"] = {"min_replicas": 2}  # "auto" + overrides: still max 100
+    report = fit(auto, SEED_GPU_CLUSTER)
+    assert "GPU: needs 8 = 2 x 4 (LLMServer); cluster has 12, other apps hold 0" in report.lines
+    assert any("max_replicas 100" in w for w in report.warnings)
+    zero = app("llm-gpu-tp4.yaml", replicas=0)
+    with pytest.raises(ServeFitError, match=r"num_replicas: Input should be greater than 0 .*\(got 0\)"):
+        fit(zero, SEED_GPU_CLUSTER)
+
+
+def test_fields_ray_does_not_define_are_warned_about_not_refused() -> None:
+    """Ray's Serve schema ignores fields it does not know (forward compatibility); raylift follows it and warns."""
+    a = app("llm-gpu-tp4.yaml")
+    a["deployments"][0]["num_replica"] = 3
+    a["deployments"][0]["ray_actor_options"]["num_cpu"] = 2
+    report = fit(a, SEED_GPU_CLUSTER)
+    assert report.lines
+    assert report.warnings == [
+        "deployments[LLMServer].num_replica is not a field of Ray's Serve schema: Serve ignores it (a typo?)",
+        "deployments[LLMServer].ray_actor_options.num_cpu is not a field of Ray's Serve schema: Serve ignores it (a typo?)",
+    ]
+
+
+def test_the_whole_config_is_checked_by_rays_serve_deploy_schema() -> None:
+    """Beside the running apps: Ray's ServeDeploySchema refuses what its PUT would (host/port per app here)."""
+    other = app("translator-gpu.yaml", route_prefix="/translate")
+    other["name"] = "translator"
+    a = app("llm-gpu-tp4.yaml")
+    a["port"] = 8001
+    with pytest.raises(
+        ServeFitError, match=r"cannot join the running Serve config: \(the whole config\): Port 8001 is set in the config for "
+        r"application `app`.*\(Ray's ServeDeploySchema\)"
+    ):
+        fit(a, SEED_GPU_CLUSTER, others=[other])
+
+
+def test_ray_serve_schema_is_not_imported_with_the_module() -> None:
+    """The DAG processor imports the operators: Ray's models load only when a deploy checks a config."""
+    code = "import sys, raylift.serve_validation; sys.exit('ray' in sys.modules or 'pydantic' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
+    assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
 
 
 def test_max_ongoing_below_the_autoscaling_target_is_refused() -> None:
