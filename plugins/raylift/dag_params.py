@@ -77,7 +77,8 @@ def deploy_params() -> dict[str, Param]:
             None, type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",
             description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own",
         ),
-        "replicas": Param(1, type="integer", minimum=0, maximum=64, description="Serve replicas of the model"),
+        "replicas": Param(1, type="integer", minimum=1, maximum=64,
+                          description="Serve replicas of the model (Ray Serve needs at least 1; raylift_undeploy removes an app)"),
         "surge_replicas": Param(
             ROLLOUT_SURGE_REPLICAS, type="integer", minimum=0, maximum=8,
             description="Replicas a code update (new weights, engine args, package) starts beside the old ones before "

@@ -55,6 +55,7 @@ def test_unknown_target_is_refused_by_the_params_form() -> None:
     "conf, field",
     [
         ({"replicas": -1}, "replicas"),
+        ({"replicas": 0}, "replicas"),  # Ray Serve's schema wants num_replicas > 0
         ({"workers": -2}, "workers"),
         ({"served_name": "bad name!"}, "served_name"),
         ({"served_name": "/leading-slash"}, "served_name"),
@@ -73,7 +74,7 @@ def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> No
 
 
 def test_good_params_validate() -> None:
-    validate({"replicas": 0, "workers": 0, "concurrency": [1, 8]})
+    validate({"replicas": 1, "workers": 0, "concurrency": [1, 8]})
 
 
 def test_the_inferentia2_llmperf_run_is_one_trigger_away() -> None:
