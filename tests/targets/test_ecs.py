@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,8 +15,8 @@ import pytest
 
 from raylift.aws.content import image_content_digest, image_tag
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
-from raylift.targets import get_target
 from raylift.records import Artifact
+from raylift.targets import get_target
 from raylift.targets.ecs import EcsTarget
 from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster, tool_target_options
 from tests.fixtures.http_standin import JsonHandler, serve_http
@@ -194,7 +193,7 @@ def test_stage_model_goes_to_the_model_prefix(infra: None, tmp_path: Path, monke
     assert head["StorageClass"] == "STANDARD_IA"
 
 
-def test_the_stacks_option_names_from_the_terraform_tool_are_accepted(aws: str, checkout: Path) -> None:
+def test_the_stacks_outputs_through_the_tool_are_accepted(aws: str, checkout: Path) -> None:
     """``raylift_target_options`` as tools/tf_outputs_to_airflow.py prints it works as is."""
     tag = image_tag(image_content_digest(checkout, "ray-vllm-gpu"))
     repo = ecr_repository("raylift-ray-vllm", tags=(tag,))
