@@ -113,6 +113,23 @@ def target_options_of(run: subprocess.CompletedProcess[str]) -> dict:
     return json.loads(shlex.split(line)[-1])
 
 
+@pytest.mark.parametrize("target", ["ecs", "eks"])
+def test_terraform_to_tool_to_target_gives_options_the_target_accepts(target: str) -> None:
+    """The documented flow: terraform output -> this tool -> Airflow Variable -> the DAG's target_options,
+    taken as is by the target (which refuses the stacks' own names), in raylift's spelling only."""
+    from raylift.targets import get_target
+
+    run = run_tool(terraform_json(SAMPLE_VALUES[target]))
+    assert run.returncode == 0, run.stderr
+    options = target_options_of(run)
+    made = get_target(target, **options)  # refuses unknown keys and the stacks' spellings
+    model = type(made.options)
+    assert set(options) <= set(model.model_fields)
+    assert not set(options) & set(model.RENAMED)
+    assert made.aws.ecr_repository == f"raylift-{target}-ray-vllm"
+    assert made.model_store_uri() == SAMPLE_VALUES[target]["model_store_uri"]
+
+
 def test_the_eks_worker_node_group_is_picked_by_key() -> None:
     document = terraform_json(SAMPLE_VALUES["eks"] | {"eks_nodegroups": {"gpu": "g", "inferentia": "inf"}})
     assert target_options_of(run_tool(document))["worker_nodegroup"] == "g"  # profile gpu-vllm's group
