@@ -11,7 +11,9 @@ What it prints:
     region only. Credentials never go into Airflow: the hooks use the default AWS credential chain.
   * ``airflow variables set raylift_<output> <value>`` for every output (lists and maps as JSON).
   * ``airflow variables set --json raylift_target_options '<json>'``: the ``target_options``
-    object the raylift_deploy DAG takes for this stack.
+    object the raylift_deploy DAG takes for this stack, in raylift's option names (``region_name``,
+    ``bucket`` + ``model_prefix``, ``ecr_repository``, ``cloud_map_namespace``, ``cluster_name``,
+    ``worker_nodegroup``...): the targets refuse the stack's own names.
 
 Outputs marked sensitive, or whose name looks like a credential, are never printed.
 """
@@ -30,32 +32,33 @@ from typing import Any, TextIO
 VARIABLE_PREFIX = "raylift_"
 SECRET_NAME = re.compile(r"(password|secret|token|private_key|access_key|credential|kubeconfig)", re.IGNORECASE)
 
-# terraform output -> key of the DAG's ``target_options`` (per target); outputs not listed stay variables only.
+# terraform output -> key of the DAG's ``target_options`` (per target), in raylift's spelling (the targets refuse
+# the stacks' names); outputs not listed stay variables only. ``model_store_uri``, ``ecr_repository_url`` and
+# ``eks_nodegroups`` are converted by TARGET_VALUES below.
 TARGET_OPTIONS: dict[str, dict[str, str]] = {
     "ecs": {
-        "region": "region",
-        "model_store_uri": "model_store_uri",
-        "ecr_repository_url": "image_repository",
+        "region": "region_name",
         "image_tag": "image_tag",
         "codebuild_project": "codebuild_project",
         "ecs_cluster": "cluster",
         "ecs_head_service": "head_service",
         "ecs_worker_service": "worker_service",
-        "cloudmap_namespace": "cloudmap_namespace",
-        "cloudmap_service": "cloudmap_service",
+        "cloudmap_namespace": "cloud_map_namespace",
+        "cloudmap_service": "cloud_map_service",
         "gpus_per_node": "gpus_per_node",
     },
     "eks": {
-        "region": "region",
-        "model_store_uri": "model_store_uri",
-        "ecr_repository_url": "image_repository",
+        "region": "region_name",
         "codebuild_project": "codebuild_project",
-        "eks_cluster": "cluster",
-        "eks_nodegroups": "nodegroups",
+        "eks_cluster": "cluster_name",
         "eks_namespace": "namespace",
         "eks_service_account": "service_account",
     },
 }
+
+# The node group raylift scales for the workers, by key of the eks stack's ``eks_nodegroups`` output: the
+# default profile gpu-vllm's (profile graviton: --nodegroup graviton; inf2: --nodegroup inferentia).
+DEFAULT_NODEGROUP = "gpu"
 
 
 class OutputsError(ValueError):
@@ -87,7 +90,39 @@ def variable_name(output: str) -> str:
     return output if output.startswith(VARIABLE_PREFIX) else VARIABLE_PREFIX + output
 
 
-def commands(outputs: dict[str, dict[str, Any]], aws_conn_id: str = "aws_default", replace: bool = False) -> list[str]:
+def target_options(target: str, values: dict[str, Any], *, nodegroup: str = DEFAULT_NODEGROUP) -> dict[str, Any]:
+    """The stack's outputs as the target's ``target_options``, in raylift's names. The one place the stack's
+    shapes are converted: ``model_store_uri`` (``s3://bucket/prefix``) -> ``bucket`` + ``model_prefix``,
+    ``ecr_repository_url`` (``<registry>/<name>``) -> ``ecr_repository`` (the name), and ``eks_nodegroups``
+    (``{key: name}``) -> ``worker_nodegroup`` (the group under ``nodegroup``)."""
+    options = {key: values[out] for out, key in TARGET_OPTIONS[target].items() if out in values}
+    uri = values.get("model_store_uri")
+    if uri is not None:
+        if not isinstance(uri, str) or not uri.startswith("s3://") or not uri[5:].split("/", 1)[0]:
+            raise OutputsError(f"output model_store_uri must be s3://bucket[/prefix], got {uri!r}")
+        bucket, _, prefix = uri[5:].partition("/")
+        options["bucket"] = bucket
+        options["model_prefix"] = prefix.strip("/") or "models"
+    repo = values.get("ecr_repository_url")
+    if repo is not None:
+        if not isinstance(repo, str) or "/" not in repo:
+            raise OutputsError(f"output ecr_repository_url must be <registry>/<repository>, got {repo!r}")
+        options["ecr_repository"] = repo.split("/", 1)[1]
+    groups = values.get("eks_nodegroups")
+    if target == "eks" and groups is not None:
+        if not isinstance(groups, dict) or nodegroup not in groups:
+            keys = sorted(groups) if isinstance(groups, dict) else groups
+            raise OutputsError(f"output eks_nodegroups has no {nodegroup!r} node group (it has {keys}): pass --nodegroup")
+        options["worker_nodegroup"] = groups[nodegroup]
+    return options
+
+
+def commands(
+    outputs: dict[str, dict[str, Any]],
+    aws_conn_id: str = "aws_default",
+    replace: bool = False,
+    nodegroup: str = DEFAULT_NODEGROUP,
+) -> list[str]:
     """The Airflow CLI lines for these outputs (shell-quoted)."""
     values, withheld = public_values(outputs)
     target = values.get("raylift_target")
@@ -109,7 +144,7 @@ def commands(outputs: dict[str, dict[str, Any]], aws_conn_id: str = "aws_default
             lines.append(f"airflow variables set --json {variable_name(name)} {shlex.quote(json.dumps(value))}")
         else:
             lines.append(f"airflow variables set {variable_name(name)} {shlex.quote(str(value))}")
-    options = {key: values[out] for out, key in TARGET_OPTIONS[target].items() if out in values}
+    options = target_options(target, values, nodegroup=nodegroup)
     options["aws_conn_id"] = aws_conn_id
     lines.append(
         f"airflow variables set --json {VARIABLE_PREFIX}target_options {shlex.quote(json.dumps(options, sort_keys=True))}"
@@ -122,6 +157,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("file", nargs="?", help="terraform output -json saved to a file (default: stdin)")
     parser.add_argument("--aws-conn-id", default="aws_default", help="Airflow connection id to create")
     parser.add_argument("--replace", action="store_true", help="delete the connection first if it exists")
+    parser.add_argument(
+        "--nodegroup", default=DEFAULT_NODEGROUP,
+        help="eks: key in eks_nodegroups of the node group raylift scales for the workers (gpu for profile "
+        "gpu-vllm, graviton for graviton, inferentia for inf2; default %(default)s)",
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.file:
@@ -129,7 +169,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                 outputs = load_outputs(handle)
         else:
             outputs = load_outputs(sys.stdin)
-        print("\n".join(commands(outputs, aws_conn_id=args.aws_conn_id, replace=args.replace)))
+        print("\n".join(commands(outputs, aws_conn_id=args.aws_conn_id, replace=args.replace, nodegroup=args.nodegroup)))
     except (OutputsError, OSError) as exc:
         print(f"tf_outputs_to_airflow: {exc}", file=sys.stderr)
         return 2

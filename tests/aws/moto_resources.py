@@ -68,9 +68,10 @@ def tf_outputs(values: dict[str, Any]) -> dict[str, Any]:
     return {name: {"value": value, "type": "string", "sensitive": False} for name, value in values.items()}
 
 
-def tool_target_options(outputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def tool_target_options(outputs: dict[str, Any], **tool_args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """tools/tf_outputs_to_airflow.py on terraform-output values: (``target_options``, aws connection extra),
-    parsed back from the Airflow CLI lines it prints, i.e. what a user gets by piping them to ``sh``."""
+    parsed back from the Airflow CLI lines it prints, i.e. what a user gets by piping them to ``sh``.
+    ``tool_args``: the tool's options (``nodegroup``)."""
     import shlex
     import sys
     from pathlib import Path
@@ -83,7 +84,7 @@ def tool_target_options(outputs: dict[str, Any]) -> tuple[dict[str, Any], dict[s
         sys.path.remove(tools)
     options: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    for line in commands(tf_outputs(outputs)):
+    for line in commands(tf_outputs(outputs), **tool_args):
         words = shlex.split(line)
         if words[:5] == ["airflow", "variables", "set", "--json", f"{VARIABLE_PREFIX}target_options"]:
             options = json.loads(words[5])

@@ -101,9 +101,41 @@ def test_prints_connection_variables_and_target_options(target: str) -> None:
     }
     options = variables.pop("raylift_target_options")
     assert variables == expected
-    assert options["region"] == values["region"] and options["aws_conn_id"] == "aws_default"
-    assert options["cluster"] == values[f"{target}_cluster"]
-    assert options["model_store_uri"] == values["model_store_uri"]
+    assert options["region_name"] == values["region"] and options["aws_conn_id"] == "aws_default"
+    assert options["cluster" if target == "ecs" else "cluster_name"] == values[f"{target}_cluster"]
+    # converted here, once: the s3:// model store and the ECR URL, which the targets refuse as such
+    assert (options["bucket"], options["model_prefix"]) == (values["model_bucket"], "models")
+    assert options["ecr_repository"] == values["ecr_repository_url"].split("/", 1)[1]
+
+
+def target_options_of(run: subprocess.CompletedProcess[str]) -> dict:
+    line = next(line for line in run.stdout.splitlines() if "raylift_target_options" in line)
+    return json.loads(shlex.split(line)[-1])
+
+
+@pytest.mark.parametrize("target", ["ecs", "eks"])
+def test_terraform_to_tool_to_target_gives_options_the_target_accepts(target: str) -> None:
+    """The documented flow: terraform output -> this tool -> Airflow Variable -> the DAG's target_options,
+    taken as is by the target (which refuses the stacks' own names), in raylift's spelling only."""
+    from raylift.targets import get_target
+
+    run = run_tool(terraform_json(SAMPLE_VALUES[target]))
+    assert run.returncode == 0, run.stderr
+    options = target_options_of(run)
+    made = get_target(target, **options)  # refuses unknown keys and the stacks' spellings
+    model = type(made.options)
+    assert set(options) <= set(model.model_fields)
+    assert not set(options) & set(model.RENAMED)
+    assert made.aws.ecr_repository == f"raylift-{target}-ray-vllm"
+    assert made.model_store_uri() == SAMPLE_VALUES[target]["model_store_uri"]
+
+
+def test_the_eks_worker_node_group_is_picked_by_key() -> None:
+    document = terraform_json(SAMPLE_VALUES["eks"] | {"eks_nodegroups": {"gpu": "g", "inferentia": "inf"}})
+    assert target_options_of(run_tool(document))["worker_nodegroup"] == "g"  # profile gpu-vllm's group
+    assert target_options_of(run_tool(document, "--nodegroup", "inferentia"))["worker_nodegroup"] == "inf"
+    run = run_tool(document, "--nodegroup", "graviton")
+    assert run.returncode == 2 and "no 'graviton' node group (it has ['gpu', 'inferentia'])" in run.stderr
 
 
 def test_every_command_is_accepted_by_airflows_cli_parser() -> None:

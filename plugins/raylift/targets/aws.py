@@ -1,22 +1,32 @@
 """What the ``ecs`` and ``eks`` targets share: image builds (CodeBuild -> ECR), the serve-app zip in S3,
-model staging to S3, and where state lives. Options are plain JSON values (the DAG's ``target_options``)."""
+model staging to S3, and where state lives. Options are plain JSON values (the DAG's ``target_options``), validated
+by ``AwsOptions`` and each target's model built on it."""
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+from pydantic import Field, field_validator
 
 from raylift.artifact import PackageInputs, build_package
 from raylift.aws.content import (
-    ARM64, RUNTIME_LOCK, image_content_digest, image_platform, image_tag, upload_build_context,
+    ARM64,
+    RUNTIME_LOCK,
+    image_content_digest,
+    image_platform,
+    image_tag,
+    upload_build_context,
 )
 from raylift.aws.model_staging import S3Destination, stage_model_to_s3
 from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
 from raylift.errors import RayliftValueError
 from raylift.records import Artifact, StagedModel
 from raylift.targets.base import Target
+from raylift.targets.options import TargetOptions
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
@@ -24,29 +34,56 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class AwsOptions:
-    """Options every AWS target takes (validated on construction)."""
+# An ECR repository name (what ``ecr_repository`` takes), as ECR defines it: no registry host, no tag.
+ECR_REPOSITORY_NAME = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 
-    bucket: str
+PositiveSeconds = Annotated[float, Field(gt=0)]
+
+
+class AwsOptions(TargetOptions):
+    """Options every AWS target takes; ``ecs`` and ``eks`` extend it with their own.
+
+    One spelling per key: the terraform stacks' names (``region``, ``image_repository``, ``model_store_uri``)
+    are refused with raylift's name, which tools/tf_outputs_to_airflow.py prints."""
+
+    RENAMED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "region": ("region_name",),
+        "image_repository": ("ecr_repository",),
+        "model_store_uri": ("bucket", "model_prefix"),
+    }
+
+    bucket: str = Field(description="the S3 bucket of models, state and artifacts (a name, not s3://...)")
     aws_conn_id: str | None = "aws_default"
-    region_name: str | None = None
+    region_name: str | None = Field(None, min_length=1)
     model_prefix: str = "models"
     state_prefix: str = "raylift"
     artifacts_prefix: str = "artifacts"
     storage_class: str | None = None
     hf_conn_id: str | None = None
     ecr_repository: str = "ray-vllm"
-    image_name: str = "ray-vllm-gpu"  # images/<image_name>/Dockerfile
-    codebuild_project: str = "raylift-image"
+    image_name: str = Field("ray-vllm-gpu", min_length=1)  # images/<image_name>/Dockerfile
+    codebuild_project: str = Field("raylift-image", min_length=1)
     codebuild_project_arm64: str | None = None  # arm64 images (None: "<codebuild_project>-arm64", as terraform names it)
     build_context_prefix: str = "build-context"  # terraform image_pipeline's source_prefix
-    build_poll_interval_s: float = 15.0
-    build_timeout_s: float = 3600.0
+    build_poll_interval_s: PositiveSeconds = 15.0
+    build_timeout_s: PositiveSeconds = 3600.0
 
-    def __post_init__(self) -> None:
-        if not self.bucket or "/" in self.bucket or self.bucket.startswith("s3:"):
-            raise RayliftValueError(f"target option 'bucket' must be a bucket name, got {self.bucket!r}.")
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_name(cls, value: str) -> str:
+        if not value or "/" in value or value.startswith("s3:"):  # a name: no s3:// URI, no prefix
+            raise ValueError(f"target option 'bucket' must be a bucket name, got {value!r}.")
+        return value
+
+    @field_validator("ecr_repository")
+    @classmethod
+    def _repository_name(cls, value: str) -> str:
+        if ".dkr.ecr." in value or not ECR_REPOSITORY_NAME.match(value):  # a registry host: a URL
+            raise ValueError(
+                f"target option 'ecr_repository' must be an ECR repository name (e.g. 'raylift-ray-vllm'), got "
+                f"{value!r}: not its URL (tools/tf_outputs_to_airflow.py takes the name from the stack's URL)."
+            )
+        return value
 
 
 @dataclass(frozen=True)
@@ -131,10 +168,9 @@ class AwsTarget(Target):
 
     def start_artifact_build(self, *, force: bool = False) -> ImageBuild:
         """Upload the serve-app zip; reuse the image if ECR has its content tag, else start CodeBuild."""
+        from raylift.aws.identity import caller_identity, check_bucket
         from raylift.hooks.codebuild import CodeBuildHook
         from raylift.hooks.ecr import EcrImageHook
-
-        from raylift.aws.identity import caller_identity, check_bucket
 
         digest = image_content_digest(self.root, self.aws.image_name)
         tag = image_tag(digest)
@@ -204,64 +240,3 @@ class AwsTarget(Target):
                 waiter_max_attempts=attempts_for(self.aws.build_timeout_s, self.aws.build_poll_interval_s),
             )
         return self.finish_build(build.artifact)
-
-
-# The names tools/tf_outputs_to_airflow.py gives terraform outputs in ``target_options`` (what the
-# docs tell users to pass as is), for the shared AWS options; each target maps its own ones.
-STACK_NAMES = {"region": "region_name", "image_repository": "ecr_repository"}
-
-
-def rename_options(options: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    """``options`` with stack names (``names`` keys) renamed; both spellings with different values is an error."""
-    out = dict(options)
-    for stack_name, own in names.items():
-        if stack_name not in out:
-            continue
-        value = out.pop(stack_name)
-        if own in out and out[own] != value:
-            raise RayliftValueError(
-                f"target options {stack_name!r} ({value!r}) and {own!r} ({out[own]!r}) disagree: give one of them."
-            )
-        out[own] = value
-    return out
-
-
-def one_of(name: str, value: Any, stack_name: str, stack_value: Any) -> Any:
-    """The option given under our ``name`` or the stack's ``stack_name``; both with different values is an error."""
-    if value is not None and stack_value is not None and value != stack_value:
-        raise RayliftValueError(
-            f"target options {stack_name!r} ({stack_value!r}) and {name!r} ({value!r}) disagree: give one of them."
-        )
-    return value if value is not None else stack_value
-
-
-def stack_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Translate the shared stack names: ``region``, ``image_repository`` (an ECR URL: its repository
-    name is kept) and ``model_store_uri`` (``s3://bucket/prefix`` -> ``bucket`` + ``model_prefix``)."""
-    out = rename_options(options, STACK_NAMES)
-    repo = out.get("ecr_repository")
-    if isinstance(repo, str) and ".dkr.ecr." in repo.split("/", 1)[0]:
-        out["ecr_repository"] = repo.split("/", 1)[1] if "/" in repo else repo
-    uri = out.pop("model_store_uri", None)
-    if uri is not None:
-        if not isinstance(uri, str) or not uri.startswith("s3://") or not uri[5:].split("/", 1)[0]:
-            raise RayliftValueError(f"target option 'model_store_uri' must be s3://bucket[/prefix], got {uri!r}.")
-        bucket, _, prefix = uri[5:].partition("/")
-        for key, value in (("bucket", bucket), ("model_prefix", prefix.strip("/") or "models")):
-            if key in out and out[key] != value:
-                raise RayliftValueError(
-                    f"target options 'model_store_uri' ({uri!r}) and {key!r} ({out[key]!r}) disagree: give one of them."
-                )
-            out[key] = value
-    return out
-
-
-def split_options(options: dict[str, Any]) -> tuple[AwsOptions, dict[str, Any]]:
-    """Separate the shared AWS options from a target's own ones."""
-    import dataclasses
-
-    options = stack_options(options)
-    names = {f.name for f in dataclasses.fields(AwsOptions)}
-    return AwsOptions(**{k: v for k, v in options.items() if k in names}), {
-        k: v for k, v in options.items() if k not in names
-    }

@@ -10,70 +10,83 @@ from __future__ import annotations
 import logging
 import time
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any, ClassVar, Self
 
-from raylift.targets.aws import AwsTarget, one_of, split_options
+from pydantic import Field, model_validator
+
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.records import Artifact, ClusterExpectation, ClusterState
+from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 
 log = logging.getLogger(__name__)
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+Gpus = Annotated[float, Field(ge=0)]
+
+
+class EcsOptions(AwsOptions):
+    """The ``ecs`` target's ``target_options``: the shared AWS options plus where the cluster is. The terraform
+    stack's names ``cloudmap_namespace``/``cloudmap_service`` are refused with raylift's."""
+
+    TARGET: ClassVar[str] = "ecs"
+    RENAMED: ClassVar[dict[str, tuple[str, ...]]] = {
+        **AwsOptions.RENAMED,
+        "cloudmap_namespace": ("cloud_map_namespace",),
+        "cloudmap_service": ("cloud_map_service",),
+    }
+
+    cluster: str = Field(min_length=1, description="the ECS cluster's name")
+    head_service: str = Field("ray-head", min_length=1)
+    worker_service: str = Field("ray-worker", min_length=1)
+    head_address: str | None = Field(None, min_length=1)
+    cloud_map_namespace: str | None = Field(None, min_length=1)
+    cloud_map_service: str = Field("head", min_length=1)
+    dashboard_port: Port = 8265
+    serve_port: Port = 8000
+    serve_host: str = Field("0.0.0.0", min_length=1)  # where Serve's proxy binds on the head
+    endpoint: str | None = None
+    head_gpus: Gpus | None = None  # None: gpus_per_node
+    worker_gpus: Gpus | None = None  # None: gpus_per_node
+    gpus_per_node: Gpus = 4.0
+    image_tag: str | None = Field(None, min_length=1)
+    scale_timeout_s: PositiveSeconds = 900.0
+    scale_poll_interval_s: PositiveSeconds = 10.0
+
+    @model_validator(mode="after")
+    def _finds_the_head(self) -> Self:
+        if not self.head_address and not self.cloud_map_namespace:
+            raise ValueError("The ecs target needs 'head_address' or 'cloud_map_namespace' to find the Ray head.")
+        return self
+
+
 class EcsTarget(AwsTarget):
-    """Options (all JSON): ``cluster``, ``head_service``, ``worker_service``, ``head_address`` or
-    ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``, ``serve_host``
-    (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
-    ``gpus_per_node`` for both), ``image_tag`` (the moving tag the task definitions run, re-pointed
-    at each build's content tag), plus the shared AWS options (``bucket``, ``ecr_repository``, ...).
-    The names ``raylift_target_options`` of the terraform stack uses are accepted as they are."""
+    """Options (all JSON, validated by ``EcsOptions``): ``cluster``, ``head_service``, ``worker_service``,
+    ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
+    ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
+    ``gpus_per_node`` for both), ``image_tag`` (the moving tag the task definitions run, re-pointed at each
+    build's content tag), plus the shared AWS options (``bucket``, ``ecr_repository``, ...)."""
 
     name = "ecs"
 
-    def __init__(
-        self,
-        *,
-        cluster: str,
-        head_service: str = "ray-head",
-        worker_service: str = "ray-worker",
-        head_address: str | None = None,
-        cloud_map_namespace: str | None = None,
-        cloud_map_service: str | None = None,
-        cloudmap_namespace: str | None = None,
-        cloudmap_service: str | None = None,
-        dashboard_port: int = 8265,
-        serve_port: int = 8000,
-        serve_host: str = "0.0.0.0",
-        endpoint: str | None = None,
-        head_gpus: float | None = None,
-        worker_gpus: float | None = None,
-        gpus_per_node: float = 4.0,
-        image_tag: str | None = None,
-        scale_timeout_s: float = 900.0,
-        scale_poll_interval_s: float = 10.0,
-        **options: Any,
-    ) -> None:
-        # the stack's names (terraform output -> tools/tf_outputs_to_airflow.py) and ours
-        cloud_map_namespace = one_of("cloud_map_namespace", cloud_map_namespace, "cloudmap_namespace", cloudmap_namespace)
-        cloud_map_service = one_of("cloud_map_service", cloud_map_service, "cloudmap_service", cloudmap_service) or "head"
-        aws, unknown = split_options(options)
-        if unknown:
-            raise RayliftValueError(f"Unknown ecs target option(s) {sorted(unknown)}: see EcsTarget's docstring.")
-        if not head_address and not cloud_map_namespace:
-            raise RayliftValueError("The ecs target needs 'head_address' or 'cloud_map_namespace' to find the Ray head.")
-        super().__init__(aws)
-        self.cluster = cluster
-        self.head_service, self.worker_service = head_service, worker_service
+    def __init__(self, **options: Any) -> None:
+        """Keyword arguments are the DAG's ``target_options``; refused as a whole before anything is touched."""
+        opts = EcsOptions.parse(options)
+        super().__init__(opts)
+        self.options = opts
+        self.cluster = opts.cluster
+        self.head_service, self.worker_service = opts.head_service, opts.worker_service
         self.head_address, self.cloud_map_namespace, self.cloud_map_service = (
-            head_address,
-            cloud_map_namespace,
-            cloud_map_service,
+            opts.head_address,
+            opts.cloud_map_namespace,
+            opts.cloud_map_service,
         )
-        self.dashboard_port, self.serve_port, self.endpoint = int(dashboard_port), int(serve_port), endpoint
-        self.serve_host = serve_host
-        self.head_gpus = float(gpus_per_node if head_gpus is None else head_gpus)
-        self.worker_gpus = float(gpus_per_node if worker_gpus is None else worker_gpus)
-        self.image_tag = image_tag
-        self.scale_timeout_s, self.scale_poll_interval_s = scale_timeout_s, scale_poll_interval_s
+        self.dashboard_port, self.serve_port, self.endpoint = opts.dashboard_port, opts.serve_port, opts.endpoint
+        self.serve_host = opts.serve_host
+        self.head_gpus = opts.gpus_per_node if opts.head_gpus is None else opts.head_gpus
+        self.worker_gpus = opts.gpus_per_node if opts.worker_gpus is None else opts.worker_gpus
+        self.image_tag = opts.image_tag
+        self.scale_timeout_s, self.scale_poll_interval_s = opts.scale_timeout_s, opts.scale_poll_interval_s
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
     # -- hooks -------------------------------------------------------------------------------------

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import math
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field, field_validator
 
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
-from raylift.targets.aws import AwsTarget, one_of, split_options
+from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 
 log = logging.getLogger(__name__)
 
@@ -36,61 +38,86 @@ def ray_resources(accelerator: str | None, devices: float) -> dict[str, float]:
     return {name: float(devices * per_device)}
 
 
+Name = Annotated[str, Field(min_length=1)]
+
+
+class EksOptions(AwsOptions):
+    """The ``eks`` target's ``target_options``: the shared AWS options plus the cluster, node groups and
+    RayService. The terraform stack's names ``cluster`` and ``nodegroups`` are refused with raylift's
+    (tools/tf_outputs_to_airflow.py picks ``worker_nodegroup`` out of the stack's node groups)."""
+
+    TARGET: ClassVar[str] = "eks"
+    RENAMED: ClassVar[dict[str, tuple[str, ...]]] = {
+        **AwsOptions.RENAMED,
+        "cluster": ("cluster_name",),
+        "nodegroups": ("worker_nodegroup",),
+    }
+
+    cluster_name: Name = Field(description="the EKS cluster's name")
+    worker_nodegroup: Name = Field(description="the managed node group raylift scales for the profile's workers")
+    head_nodegroup: Name | None = None
+    kubernetes_conn_id: Name | None = None  # None: a kubeconfig is minted from the AWS connection
+    namespace: Name = "raylift"
+    rayservice_name: Name = "raylift"
+    profile: str = "gpu-vllm"
+    upgrade_strategy: str = "NewCluster"
+    accelerators_per_node: Annotated[int, Field(ge=1)] | None = None
+    image: Name | None = None
+    hf_home: Name | None = None
+    model_volume_claim: Name | None = None
+    hf_token_secret: Name | None = None
+    service_account: Name | None = None
+    ray_auth_secret: Name | None = None
+    endpoint: Name | None = None
+    workers: Annotated[int, Field(ge=0)] = 1
+    poll_interval_s: PositiveSeconds = 5.0
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        from raylift.kuberay.profiles import PROFILES
+
+        if value not in PROFILES:
+            raise ValueError(f"target option 'profile' got {value!r}: use one of {sorted(PROFILES)}.")
+        return value
+
+    @field_validator("upgrade_strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        from raylift.kuberay.manifest import UPGRADE_STRATEGIES
+
+        if value not in UPGRADE_STRATEGIES:
+            raise ValueError(f"target option 'upgrade_strategy' got {value!r}: use one of {list(UPGRADE_STRATEGIES)}.")
+        return value
+
+
 class EksTarget(AwsTarget):
-    """Options (all JSON): ``cluster_name``, ``worker_nodegroup``, ``head_nodegroup``, ``kubernetes_conn_id``
-    (None: a kubeconfig is minted from the AWS connection), ``namespace``, ``rayservice_name``, ``profile``,
-    ``upgrade_strategy``, ``accelerators_per_node``, ``image``, ``hf_home``, ``model_volume_claim``,
-    ``hf_token_secret``, ``service_account``, ``ray_auth_secret`` (Kubernetes Secret with the cluster's Ray auth
-    token: the RayService runs token auth), ``endpoint``, ``workers`` (fallback when no scale was
-    recorded), plus the shared AWS options (``bucket``, ``ecr_repository``, ...). The terraform stack's
-    names are accepted as they are: ``cluster``, and ``nodegroups`` (``{"gpu": ..., "graviton": ...,
-    "inferentia": ...}``, from which the profile's group is the worker node group)."""
+    """Options (all JSON, validated by ``EksOptions``): ``cluster_name``, ``worker_nodegroup``,
+    ``head_nodegroup``, ``kubernetes_conn_id`` (None: a kubeconfig is minted from the AWS connection),
+    ``namespace``, ``rayservice_name``, ``profile``, ``upgrade_strategy``, ``accelerators_per_node``, ``image``,
+    ``hf_home``, ``model_volume_claim``, ``hf_token_secret``, ``service_account``, ``ray_auth_secret``
+    (Kubernetes Secret with the cluster's Ray auth token: the RayService runs token auth), ``endpoint``,
+    ``workers`` (fallback when no scale was recorded), plus the shared AWS options (``bucket``,
+    ``ecr_repository``, ...)."""
 
     name = "eks"
 
-    def __init__(
-        self,
-        *,
-        cluster_name: str | None = None,
-        worker_nodegroup: str | None = None,
-        head_nodegroup: str | None = None,
-        kubernetes_conn_id: str | None = None,
-        namespace: str = "raylift",
-        rayservice_name: str = "raylift",
-        profile: str = "gpu-vllm",
-        upgrade_strategy: str = "NewCluster",
-        accelerators_per_node: int | None = None,
-        image: str | None = None,
-        hf_home: str | None = None,
-        model_volume_claim: str | None = None,
-        hf_token_secret: str | None = None,
-        service_account: str | None = None,
-        ray_auth_secret: str | None = None,
-        endpoint: str | None = None,
-        workers: int = 1,
-        poll_interval_s: float = 5.0,
-        cluster: str | None = None,
-        nodegroups: dict[str, str] | None = None,
-        **options: Any,
-    ) -> None:
-        aws, unknown = split_options(options)
-        if unknown:
-            raise RayliftValueError(f"Unknown eks target option(s) {sorted(unknown)}: see EksTarget's docstring.")
-        super().__init__(aws)
-        cluster_name = one_of("cluster_name", cluster_name, "cluster", cluster)
-        worker_nodegroup = one_of("worker_nodegroup", worker_nodegroup, "nodegroups", _profile_group(nodegroups, profile))
-        if not cluster_name or not worker_nodegroup:
-            raise RayliftValueError(
-                "The eks target needs 'cluster_name' (or 'cluster') and 'worker_nodegroup' (or 'nodegroups')."
-            )
-        self.cluster_name, self.worker_nodegroup, self.head_nodegroup = cluster_name, worker_nodegroup, head_nodegroup
-        self.kubernetes_conn_id, self.namespace, self.rayservice_name = kubernetes_conn_id, namespace, rayservice_name
-        self.profile, self.upgrade_strategy = profile, upgrade_strategy
-        self.accelerators_per_node, self.image = accelerators_per_node, image
-        self.hf_home, self.model_volume_claim, self.hf_token_secret = hf_home, model_volume_claim, hf_token_secret
-        self.service_account = service_account
-        self.ray_auth_secret = ray_auth_secret
-        self.endpoint, self.default_workers, self.poll_interval_s = endpoint, workers, poll_interval_s
+    def __init__(self, **options: Any) -> None:
+        """Keyword arguments are the DAG's ``target_options``; refused as a whole before anything is touched."""
+        opts = EksOptions.parse(options)
+        super().__init__(opts)
+        self.options = opts
+        self.cluster_name, self.worker_nodegroup = opts.cluster_name, opts.worker_nodegroup
+        self.head_nodegroup = opts.head_nodegroup
+        self.kubernetes_conn_id, self.namespace = opts.kubernetes_conn_id, opts.namespace
+        self.rayservice_name = opts.rayservice_name
+        self.profile, self.upgrade_strategy = opts.profile, opts.upgrade_strategy
+        self.accelerators_per_node, self.image = opts.accelerators_per_node, opts.image
+        self.hf_home, self.model_volume_claim = opts.hf_home, opts.model_volume_claim
+        self.hf_token_secret = opts.hf_token_secret
+        self.service_account = opts.service_account
+        self.ray_auth_secret = opts.ray_auth_secret
+        self.endpoint, self.default_workers, self.poll_interval_s = opts.endpoint, opts.workers, opts.poll_interval_s
 
     # -- hooks -------------------------------------------------------------------------------------
     def _eks(self) -> Any:
@@ -318,18 +345,3 @@ class EksTarget(AwsTarget):
         eks.scale_nodegroup(self.cluster_name, self.worker_nodegroup, 0)
         if self.head_nodegroup:
             eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 0)
-
-
-def _profile_group(nodegroups: dict[str, str] | None, profile: str) -> str | None:
-    """The node group for ``profile`` out of the stack's ``{key: name}`` map (None when not given)."""
-    if nodegroups is None:
-        return None
-    from raylift.kuberay.profiles import get_profile
-
-    key = get_profile(profile).nodegroup
-    if not isinstance(nodegroups, dict) or key not in nodegroups:
-        raise RayliftValueError(
-            f"target option 'nodegroups' has no {key!r} group for profile {profile!r} (it has "
-            f"{sorted(nodegroups) if isinstance(nodegroups, dict) else nodegroups!r}): set 'worker_nodegroup'."
-        )
-    return nodegroups[key]

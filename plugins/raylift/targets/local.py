@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field
 
 from raylift.artifact import PackageInputs, build_package
 from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, repo_root
@@ -16,7 +18,19 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
 from raylift.targets.base import Target
+from raylift.targets.options import TargetOptions
 from raylift.triggers.serve import ServeApplicationsTrigger
+
+
+class LocalOptions(TargetOptions):
+    """The ``local`` target's ``target_options``; ports and paths come from RAYLIFT_* environment variables."""
+
+    TARGET: ClassVar[str] = "local"
+    HINT: ClassVar[str] = "(ports and paths come from RAYLIFT_* environment variables)"
+
+    model_store: str | None = Field(None, min_length=1)  # a folder or s3:// prefix (None: RAYLIFT_MODEL_STORE)
+    hf_conn_id: str | None = None  # an Airflow connection whose password is the hub token
+    aws_conn_id: str | None = "aws_default"  # for s3:// sources and stores
 
 
 class LocalTarget(Target):
@@ -24,29 +38,20 @@ class LocalTarget(Target):
 
     name = "local"
 
-    OPTIONS: tuple[str, ...] = ("model_store", "hf_conn_id", "aws_conn_id")
-
-    def __init__(
-        self,
-        model_store: str | None = None,
-        settings: LocalSettings | None = None,
-        *,
-        hf_conn_id: str | None = None,
-        aws_conn_id: str | None = "aws_default",
-        **unknown: Any,
-    ) -> None:
+    def __init__(self, *, settings: LocalSettings | None = None, **options: Any) -> None:
         """``target_options`` for local: ``model_store`` (a folder or s3:// prefix), ``hf_conn_id`` (an
         Airflow connection whose password is the hub token), ``aws_conn_id`` (for s3:// sources/stores).
-        Anything else is refused by name: a typo must not be dropped silently."""
-        if unknown or (settings is not None and not isinstance(settings, LocalSettings)):
-            given = sorted(unknown) + (["settings"] if settings is not None else [])
-            raise RayliftValueError(
-                f"target_options {given} are not options of the local target: use {', '.join(self.OPTIONS)} "
-                "(ports and paths come from RAYLIFT_* environment variables)."
-            )
+        Anything else is refused by name: a typo must not be dropped silently. ``settings`` is not an option
+        (tests pass a LocalSettings); any other value of it is refused as one."""
+        if settings is not None and not isinstance(settings, LocalSettings):
+            options = {**options, "settings": settings}
+        self._init_local(LocalOptions.parse(options), settings)
+
+    def _init_local(self, opts: LocalOptions, settings: LocalSettings | None) -> None:
+        self.options = opts
         self.settings = settings or local_settings()
-        self._model_store = model_store or str(self.settings.model_store)
-        self.hf_conn_id, self.aws_conn_id = hf_conn_id, aws_conn_id
+        self._model_store = opts.model_store or str(self.settings.model_store)
+        self.hf_conn_id, self.aws_conn_id = opts.hf_conn_id, opts.aws_conn_id
         self.cluster = LocalRayCluster(self.settings)
         self.dashboard = RayDashboardHook(self.settings.dashboard_url)
         self._submitted_at: float | None = None  # when this task last submitted a Serve config

@@ -17,14 +17,16 @@ import json
 import logging
 import shlex
 import time
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
 
 from raylift.config import RAY_JOB_TIMEOUT_S, LocalSettings
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook
 from raylift.records import ClusterExpectation
-from raylift.targets.local import LocalTarget
+from raylift.targets.local import LocalOptions, LocalTarget
 from raylift.triggers.serve import ServeApplicationsTrigger
 
 log = logging.getLogger(__name__)
@@ -33,15 +35,36 @@ log = logging.getLogger(__name__)
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
-def _http_url(option: str, value: Any, example: str) -> str:
-    """``value`` as an http(s) URL with a host, or a RayliftValueError naming the option."""
-    parts = urlsplit(value) if isinstance(value, str) else None
-    if not parts or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RayliftValueError(
+def _http_url(option: str, value: str, example: str) -> str:
+    """``value`` as an http(s) URL with a host, or a ValueError naming the option."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
             f"target 'ray' needs target_options.{option}, an http(s) URL with a host (e.g. {example}); "
             f"got {value!r}."
         )
     return value.rstrip("/")
+
+
+class RayOptions(LocalOptions):
+    """The ``ray`` target's ``target_options``: the cluster's two URLs, plus ``model_store``, ``hf_conn_id`` and
+    ``aws_conn_id`` as for local."""
+
+    TARGET: ClassVar[str] = "ray"
+    HINT: ClassVar[str] = ""
+
+    dashboard_url: str = Field(description="an http(s) URL with a host (e.g. http://ray-head:8265)")
+    serve_url: str = Field(description="an http(s) URL with a host (e.g. http://ray-head:8000)")
+
+    @field_validator("dashboard_url")
+    @classmethod
+    def _dashboard_url(cls, value: str) -> str:
+        return _http_url("dashboard_url", value, "http://ray-head:8265")
+
+    @field_validator("serve_url")
+    @classmethod
+    def _serve_url(cls, value: str) -> str:
+        return _http_url("serve_url", value, "http://ray-head:8000")
 
 
 class RayClusterTarget(LocalTarget):
@@ -49,29 +72,17 @@ class RayClusterTarget(LocalTarget):
 
     name = "ray"
 
-    OPTIONS = ("dashboard_url", "serve_url", "model_store", "hf_conn_id", "aws_conn_id")
-
-    def __init__(
-        self,
-        dashboard_url: str | None = None,
-        serve_url: str | None = None,
-        model_store: str | None = None,
-        settings: LocalSettings | None = None,
-        *,
-        hf_conn_id: str | None = None,
-        aws_conn_id: str | None = "aws_default",
-        **unknown: Any,
-    ) -> None:
+    def __init__(self, *, settings: LocalSettings | None = None, **options: Any) -> None:
         """``target_options`` for ray: ``dashboard_url`` (the cluster's Ray dashboard, e.g.
         ``http://ray-head:8265``) and ``serve_url`` (its Serve endpoint, e.g. ``http://ray-head:8000``), both
         required; ``model_store``, ``hf_conn_id`` and ``aws_conn_id`` as for local."""
-        if unknown:
-            raise RayliftValueError(
-                f"target_options {sorted(unknown)} are not options of the ray target: use {', '.join(self.OPTIONS)}."
-            )
-        self.dashboard_url = _http_url("dashboard_url", dashboard_url, "http://ray-head:8265")
-        self.serve_url = _http_url("serve_url", serve_url, "http://ray-head:8000")
-        super().__init__(model_store, settings, hf_conn_id=hf_conn_id, aws_conn_id=aws_conn_id)
+        if settings is not None and not isinstance(settings, LocalSettings):
+            options = {**options, "settings": settings}
+        opts = RayOptions.parse(options)
+        self._init_local(opts, settings)
+        self.options = opts
+        self.dashboard_url = opts.dashboard_url
+        self.serve_url = opts.serve_url
         self.dashboard = RayDashboardHook(self.dashboard_url)
 
     # -- cluster: as it is ---------------------------------------------------------------------
