@@ -9,10 +9,12 @@ gracefully), so a scale-down under load fails no request. Everything binds to 12
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -158,6 +160,7 @@ class LocalRayCluster:
                 f"Something else already serves a Ray dashboard on {self.s.dashboard_url}: stop it "
                 "(`ray stop` in that environment) or set RAYLIFT_DASHBOARD_PORT to a free port."
             )
+        stop_stray_haproxy(self.s.haproxy_stats_port)  # a crashed earlier run's, still holding the Serve port
         head = self._spawn(
             "head",
             [
@@ -293,3 +296,38 @@ class LocalRayCluster:
         for role in sorted(nodes, key=lambda r: r == "head"):
             self._stop(nodes[role], timeout_s=grace_s)
         self._save({})
+        stop_stray_haproxy(self.s.haproxy_stats_port)
+
+
+def stop_stray_haproxy(stats_port: int, grace_s: float = 5.0) -> list[int]:
+    """Stop the HAProxy processes of the cluster whose stats page is on ``stats_port``; returns their pids.
+
+    Ray Serve's controller starts HAProxy in its own session, so stopping the nodes' process groups leaves
+    it running, reparented to init and still holding the Serve port: the next cluster on that port would
+    fail to bind. A process counts as this cluster's when it is HAProxy and its config (``-f``) binds the
+    stats port, which raylift gives each cluster its own of.
+    """
+    import psutil
+
+    bind = re.compile(rf"^\s*bind\s+\S*:{stats_port}\b", re.M)
+    mine: list[psutil.Process] = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        argv = proc.info.get("cmdline") or []
+        if not argv or Path(argv[0]).name != "haproxy" or "-f" not in argv[:-1]:
+            continue
+        try:
+            config = Path(argv[argv.index("-f") + 1]).read_text()
+        except OSError:
+            continue
+        if bind.search(config):
+            mine.append(proc)
+    for proc in mine:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(mine, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    if mine:
+        log.info("stopped %d HAProxy process(es) left by Serve (stats port %d)", len(mine), stats_port)
+    return [proc.pid for proc in mine]
