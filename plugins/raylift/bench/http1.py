@@ -6,6 +6,8 @@ CPU between them. Here a request's clock starts just before its bytes are handed
 time of ``data_received`` (TLS), taken before anything is parsed; decoding (chunked framing, SSE
 lines) happens later in the request's own task. With 64 streams starting at once, httpx's send path
 (several awaits and pool locks per request) put ~30 ms of client scheduling into the measured TTFT.
+Against aiohttp (bench/http_client_accuracy.py, same load generator, same stub): TTFT off by 0.6 ms at 1
+stream and 3.1 ms at 64 with aiohttp, under 0.06 ms with this client, at the same CPU per token.
 
 Supported: ``http``/``https``, keep-alive with an idle pool, ``content-length``, chunked and
 read-until-close bodies, gzip/deflate bodies. Not supported (not needed by a load generator):
