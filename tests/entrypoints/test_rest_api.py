@@ -74,7 +74,7 @@ def test_the_benchmark_report_opens_for_a_signed_in_airflow_user_only(
 @pytest.mark.parametrize(
     ("override", "field", "reason"),
     [
-        ({"replicas": -1}, "replicas", "-1 is less than the minimum of 0"),
+        ({"replicas": 0}, "replicas", "0 is less than the minimum of 1"),
         ({"target": "mars"}, "target", "'mars' is not one of"),
         ({"served_name": "has spaces"}, "served_name", "does not match"),
     ],
