@@ -48,8 +48,9 @@ class StubConfig:
     max_active: int = 0  # > 0: at most this many requests generate at once (a saturated server)
     jitter: float = 0.0  # > 0: each request's TTFT and ITL times independent lognormal factors (this sigma)
     seed: int | None = None
-    # a slow spell: requests started within this many seconds of the first completion get extra TTFT
-    slow_spell_s: float = 0.0
+    # a slow spell: the first this many completion requests get extra TTFT (counted, not timed, so the
+    # spell covers the same requests however slow the machine running the test is)
+    slow_spell_requests: int = 0
     slow_spell_ttft_s: float = 0.0
 
 
@@ -209,7 +210,7 @@ class StubServer:
         self.frames: dict[tuple, list[bytes]] = {}
         self.achieved: list[tuple[float, list[float]]] = []  # (TTFT, ITL gaps) in seconds, as written
         self.rng = random.Random(config.seed)
-        self.first_at: float | None = None  # when the first completion request started (slow spell)
+        self.completions_started = 0  # completion requests so far (the slow spell counts them)
 
     def record(self, ttft: float, gaps: list[float]) -> None:
         self.achieved.append((ttft, gaps))
@@ -265,8 +266,8 @@ class StubServer:
         if frames is None:  # built once per request shape: the stub's per-request work stays small
             frames = self.frames[key] = _frames(*key)
         ttft_s, itl_s = cfg.ttft_s, cfg.itl_s
-        self.first_at = t0 if self.first_at is None else self.first_at
-        if t0 - self.first_at < cfg.slow_spell_s:
+        self.completions_started += 1
+        if self.completions_started <= cfg.slow_spell_requests:
             ttft_s += cfg.slow_spell_ttft_s
         if cfg.jitter:  # a known per-request distribution: median the configured delay, lognormal spread
             ttft_s *= self.rng.lognormvariate(0.0, cfg.jitter)
@@ -343,12 +344,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="lognormal sigma of each request's TTFT and ITL factor (0: fixed delays)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--slow-spell-s", type=float, default=0.0,
-                        help="requests started within this many seconds of the first completion are slower")
+    parser.add_argument("--slow-spell-requests", type=int, default=0,
+                        help="the first this many completion requests are slower")
     parser.add_argument("--slow-spell-ttft-ms", type=float, default=0.0, help="their extra TTFT")
     args = parser.parse_args(argv)
     config = StubConfig(args.ttft_ms / 1e3, args.itl_ms / 1e3, args.fail_every, not args.no_usage, args.max_active,
-                        args.jitter, args.seed, args.slow_spell_s, args.slow_spell_ttft_ms / 1e3)
+                        args.jitter, args.seed, args.slow_spell_requests, args.slow_spell_ttft_ms / 1e3)
     _raise_priority()
     try:
         asyncio.run(serve(config, args.port))
