@@ -20,6 +20,18 @@ def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name) or default)  # set but empty counts as unset
 
 
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        from raylift.errors import RayliftValueError
+
+        raise RayliftValueError(f"{name}={value!r} is not a number of seconds: give e.g. {name}={default:g}") from None
+
+
 def repo_root() -> Path:
     """The project checkout (the folder holding ``serve_apps/``), or ``RAYLIFT_ROOT``."""
     if os.environ.get("RAYLIFT_ROOT"):
@@ -65,6 +77,13 @@ class LocalSettings:
         default_factory=lambda: _env_int("RAYLIFT_HAPROXY_STATS_PORT", 0) or None)
     haproxy_metrics_port_setting: int | None = field(
         default_factory=lambda: _env_int("RAYLIFT_HAPROXY_METRICS_PORT", 0) or None)
+    # How long a stopping replica stays reachable behind HAProxy before it refuses new connections (Ray's
+    # RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, 30 s by default: time for an external load balancer such
+    # as an ALB to deregister it). On `local` the only balancer is Serve's own HAProxy, which the controller
+    # updates directly, and a replica that then refuses a stale worker's connection is retried elsewhere
+    # (Ray's `retry-on conn-failure`). Each stop held 30 s: a 2-replica rollout 1 min longer, the suite's
+    # rollout tests 4 min. ECS/EKS keep Ray's default.
+    haproxy_drain_s: float = field(default_factory=lambda: _env_float("RAYLIFT_HAPROXY_DRAIN_S", 5.0))
     head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
     worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024
@@ -76,6 +95,13 @@ class LocalSettings:
             raise RayliftValueError(
                 f"RAYLIFT_SERVE_INGRESS={self.serve_ingress!r} is not an ingress raylift can start: use one of "
                 f"{', '.join(SERVE_INGRESSES)} (unset: haproxy)."
+            )
+        if not 0 <= self.haproxy_drain_s <= 300:
+            from raylift.errors import RayliftValueError
+
+            raise RayliftValueError(
+                f"RAYLIFT_HAPROXY_DRAIN_S={self.haproxy_drain_s:g} is out of range: give the seconds a stopping "
+                "replica stays reachable behind HAProxy, 0 to 300 (unset: 5; Ray's own default is 30)."
             )
 
     @property

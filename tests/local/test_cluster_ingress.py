@@ -24,6 +24,7 @@ print(json.dumps({
     "binary": c.RAY_SERVE_HAPROXY_BINARY_PATH,
     "stats_port": c.RAY_SERVE_HAPROXY_STATS_PORT,
     "metrics_port": c.RAY_SERVE_HAPROXY_METRICS_PORT,
+    "min_draining_s": c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S,
 }))
 """
 
@@ -70,6 +71,21 @@ def test_haproxy_ingress_is_what_ray_reads_on_this_clusters_own_ports(
     # HAProxy's files stay Ray's: it adds the node id to each path, and HAProxy refuses a socket path over
     # 97 bytes (a per-cluster base under /tmp/raylift-ray-* made the first deploy fail with a 500)
     assert one["socket"] == "/tmp/haproxy-serve/admin.sock"
+
+
+def test_a_stopping_replica_drains_for_raylifts_period_not_the_external_balancers_30_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray holds each stopping direct-ingress replica open RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S (30 s,
+    for an ALB to deregister it); on `local` Serve's own HAProxy is the only balancer, so raylift sets 5 s."""
+    monkeypatch.delenv("RAYLIFT_HAPROXY_DRAIN_S", raising=False)
+    assert serve_constants(settings_for(tmp_path, monkeypatch, RAYLIFT_SERVE_INGRESS="haproxy"))["min_draining_s"] == 5.0
+    chosen = serve_constants(settings_for(tmp_path, monkeypatch, RAYLIFT_HAPROXY_DRAIN_S="12.5"))
+    assert chosen["min_draining_s"] == 12.5
+    for bad, reason in (("-1", "out of range"), ("soon", "is not a number of seconds")):
+        monkeypatch.setenv("RAYLIFT_HAPROXY_DRAIN_S", bad)
+        with pytest.raises(RayliftValueError, match=f"RAYLIFT_HAPROXY_DRAIN_S.*{reason}"):
+            LocalSettings()
 
 
 def test_an_unknown_ingress_is_refused_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -117,6 +117,8 @@ class LocalRayCluster:
             "RAYLIFT_HAPROXY_REAL_BINARY": str(site[-1]),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
+            # read by Serve's controller and each replica: see LocalSettings.haproxy_drain_s
+            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{self.s.haproxy_drain_s:g}",
         }
 
     def _spawn(self, role: str, args: list[str]) -> NodeProcess:
