@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from raylift.errors import RayliftValueError
+from raylift.errors import DeployError, RayliftValueError
 from raylift.serve_config import merge_app
 from raylift.serve_writer import (
     ServeConfigConflictError,
@@ -38,10 +38,11 @@ def two_apps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServeS
         yield standin
 
 
-def undeploy(app: str) -> dict[str, Any]:
+def undeploy(app: str, timeout_s: float = 10, deferrable: bool = False) -> dict[str, Any]:
     from raylift.operators.cluster import UndeployAppOperator
 
-    return UndeployAppOperator(task_id="undeploy_app", app_name=app, timeout_s=10).execute({})
+    return UndeployAppOperator(task_id="undeploy_app", app_name=app, timeout_s=timeout_s,
+                               deferrable=deferrable).execute({})
 
 
 def test_undeploy_removes_one_app_and_keeps_the_other_as_it_was(two_apps: ServeStandin) -> None:
@@ -51,6 +52,30 @@ def test_undeploy_removes_one_app_and_keeps_the_other_as_it_was(two_apps: ServeS
     assert two_apps.config["proxy_location"] == "HeadOnly"
     assert undeploy("llm") == {"app_name": "llm", "removed": False}  # idempotent
     assert len(two_apps.puts) == 1
+
+
+def test_undeploy_waits_while_serve_lists_the_app_deleting(two_apps: ServeStandin) -> None:
+    """Serve lists a removed app as DELETING while its replicas drain: the task ends once it is gone, and
+    fails (naming the status) when the replicas never stop; the other app is untouched either way."""
+    two_apps.deleting_polls = 3
+    assert undeploy("llm") == {"app_name": "llm", "removed": True, "remaining": ["chat"]}
+    assert not two_apps.deleting  # it waited through the DELETING polls
+    two_apps.deleting_polls = None  # replicas that never stop
+    with pytest.raises(DeployError, match=r"removed from the Serve config, but: .*not ready after 2s \(chat=DELETING\)"):
+        undeploy("chat", timeout_s=2)
+    assert two_apps.config["applications"] == []
+
+
+def test_undeploy_defers_on_the_targets_removal_trigger(two_apps: ServeStandin) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from raylift.triggers.serve import ServeApplicationGoneTrigger
+
+    with pytest.raises(TaskDeferred) as deferred:
+        undeploy("llm", deferrable=True)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, ServeApplicationGoneTrigger) and trigger.app_names == ["llm"]
+    assert trigger.dashboard_url == two_apps.url and deferred.value.kwargs == {"remaining": ["chat"]}
 
 
 def test_the_undeploy_dag_names_its_app() -> None:

@@ -27,6 +27,7 @@ KNOWN = {
     "raylift.triggers.ecs.EcsServicesRunningTrigger",
     "raylift.triggers.rayservice.RayServiceReadyTrigger",
     "raylift.triggers.serve.ServeApplicationsTrigger",
+    "raylift.triggers.serve.ServeApplicationGoneTrigger",
 }
 
 # Constructor arguments by name, for every trigger (old and new names of the AWS triggers' arguments too):

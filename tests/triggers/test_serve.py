@@ -72,3 +72,13 @@ def test_a_refused_token_fails_at_once_instead_of_waiting_for_the_deadline(monke
         event, seconds = asyncio.run(first_event(f"http://127.0.0.1:{port}"))
     assert event["status"] == "failed" and "requires a token" in event["message"], event
     assert seconds < 10  # not the 30 s deadline
+
+
+def test_removal_waits_while_the_app_is_listed_and_succeeds_once_it_is_not() -> None:
+    from raylift.triggers.serve import ServeApplicationGoneTrigger
+
+    gone = ServeApplicationGoneTrigger(dashboard_url="http://127.0.0.1:1", app_names=["llm"])
+    assert gone.evaluate(payload("DELETING", deployed_at=900.0)) is None
+    assert gone.progress(payload("DELETING", deployed_at=900.0)) == ("llm=DELETING", {"apps": {"llm": "DELETING"}})
+    other = {"applications": {"chat": {"status": "RUNNING", "last_deployed_time_s": 1.0}}}
+    assert gone.evaluate(other) == {"status": "success", "apps": {}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raylift.errors import RayliftValueError
+from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 
 
@@ -47,30 +47,37 @@ class TeardownOperator(TargetOperator):
 class UndeployAppOperator(TargetOperator):
     """Remove one Serve application and keep the cluster and every other app (``serve shutdown`` for one app).
 
-    The write goes through the cluster's Serve-config lock (``raylift.serve_writer``); the task returns
-    once Serve no longer lists the app. The app's last good config stays in the state store, so a
-    later ``raylift_redeploy`` can bring it back.
+    The write goes through the cluster's Serve-config lock (``raylift.serve_writer``); the task ends once
+    Serve no longer lists the app (the target's ``undeploy_trigger``: Serve shows it DELETING while its
+    replicas drain). The app's last good config stays in the state store, so a later ``raylift_redeploy``
+    can bring it back.
 
     :param app_name: the Serve application to remove.
     :param timeout_s: how long to wait for Serve to stop listing it.
+    :param deferrable: free the worker slot while the replicas drain (the triggerer waits); False waits in the
+        worker on the same condition (the trigger's ``wait()``). None takes Airflow's
+        ``[operators] default_deferrable``.
     """
 
     template_fields = (*TargetOperator.template_fields, "app_name")
 
-    def __init__(self, *, app_name: str, timeout_s: float = 300.0, **kwargs: Any) -> None:
+    def __init__(self, *, app_name: str, timeout_s: float = 300.0, deferrable: bool | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.app_name, self.timeout_s = app_name, timeout_s
+        if deferrable is None:
+            from airflow.providers.common.compat.sdk import conf
+
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+        self.deferrable = deferrable
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import time
-
         from raylift.serve_config import app_by_name
         from raylift.serve_writer import update_serve_config
 
         name = str(self.app_name)
         if not name:
             raise RayliftValueError("'app_name' is empty: name the Serve application to remove.")
-        watch = Stopwatch()
         found: list[bool] = []
 
         def without(current: dict[str, Any]) -> dict[str, Any]:
@@ -84,18 +91,21 @@ class UndeployAppOperator(TargetOperator):
             self.log.info("Serve app %r is not deployed; nothing to remove", name)
             return {"app_name": name, "removed": False}
         config = update_serve_config(target, without)
-        others = [a.get("name") for a in config.get("applications", [])]
-        deadline = time.monotonic() + self.timeout_s
-        while app_by_name(target.current_serve_config(), name) is not None or self._listed(name):
-            if time.monotonic() > deadline:
-                raise RayliftValueError(f"Serve still lists app {name!r} {self.timeout_s:.0f}s after it was removed.")
-            time.sleep(1)
-        self.log.info("removed Serve app %r in %s; still deployed: %s", name, watch, others or "no other app")
-        return {"app_name": name, "removed": True, "remaining": others}
+        others = [str(a.get("name")) for a in config.get("applications", [])]
+        trigger = target.undeploy_trigger(app_name=name, timeout_s=self.timeout_s)
+        if trigger is None:  # the config write was the removal (a RayService spec)
+            return self.execute_complete(context, {"status": "success"}, remaining=others)
+        if self.deferrable:
+            from datetime import timedelta
 
-    def _listed(self, name: str) -> bool:
-        """Whether Serve still reports the app (it lists it as DELETING while its replicas stop)."""
-        dashboard = getattr(self.target_impl, "dashboard", None)
-        if dashboard is None:
-            return False
-        return name in (dashboard.serve_applications().get("applications") or {})
+            self.defer(trigger=trigger, method_name="execute_complete", kwargs={"remaining": others},
+                       timeout=timedelta(seconds=self.timeout_s + 60))
+        return self.execute_complete(context, trigger.wait(), remaining=others)  # same condition, in this worker
+
+    def execute_complete(self, context: Any, event: dict[str, Any], remaining: list[str]) -> dict[str, Any]:
+        name = str(self.app_name)
+        if event.get("status") != "success":
+            raise DeployError(f"Serve app {name!r} was removed from the Serve config, but: {event.get('message')}. "
+                              "The other apps were not touched; look at the app's replicas in the Ray dashboard.")
+        self.log.info("removed Serve app %r; still deployed: %s", name, remaining or "no other app")
+        return {"app_name": name, "removed": True, "remaining": remaining}

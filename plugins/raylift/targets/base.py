@@ -90,6 +90,11 @@ class Target(ABC):
         """A trigger that fires when ``app_names`` are RUNNING, or with Serve's error when one fails. A
         ``PollingTrigger``: an operator that does not defer waits on the same condition with its ``wait()``."""
 
+    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> PollingTrigger | None:
+        """The wait until Serve no longer lists a removed app, or None where the config write is the removal
+        (a RayService spec: KubeRay reconciles it, and the spec no longer lists the app once written)."""
+        return None
+
     @abstractmethod
     def endpoint_url(self) -> str:
         """Base URL of the OpenAI-compatible endpoint (without ``/v1``)."""

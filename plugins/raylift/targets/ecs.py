@@ -216,6 +216,11 @@ class EcsTarget(AwsTarget):
             timeout_s=timeout_s,
         )
 
+    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
+        from raylift.triggers.serve import ServeApplicationGoneTrigger
+
+        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url(), app_names=[app_name], timeout_s=timeout_s)
+
     def serve_cluster_options(self) -> dict[str, Any]:
         """Serve's proxy on the head: reachable from the VPC (``serve_host``) on ``serve_port``."""
         return {"http_options": {"host": self.serve_host, "port": self.serve_port}}

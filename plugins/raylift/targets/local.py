@@ -19,7 +19,7 @@ from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
 from raylift.targets.base import Target
 from raylift.targets.options import TargetOptions
-from raylift.triggers.serve import ServeApplicationsTrigger
+from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplicationsTrigger
 
 
 class LocalOptions(TargetOptions):
@@ -109,6 +109,9 @@ class LocalTarget(Target):
             submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
         )
+
+    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
+        return ServeApplicationGoneTrigger(dashboard_url=self.settings.dashboard_url, app_names=[app_name], timeout_s=timeout_s)
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """The proxy on 127.0.0.1 at the configured port, and only on the head: every node here shares

@@ -27,7 +27,7 @@ from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook
 from raylift.records import ClusterExpectation
 from raylift.targets.local import LocalOptions, LocalTarget
-from raylift.triggers.serve import ServeApplicationsTrigger
+from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplicationsTrigger
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,9 @@ class RayClusterTarget(LocalTarget):
             submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
         )
+
+    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
+        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url, app_names=[app_name], timeout_s=timeout_s)
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """Serve listens where ``serve_url`` says, when this config is the cluster's first (a running Serve keeps

@@ -1,4 +1,5 @@
-"""ServeApplicationsTrigger: wait on the Ray dashboard until Serve apps are RUNNING (or fail with Serve's message).
+"""Serve waits on the Ray dashboard: ``ServeApplicationsTrigger`` until apps are RUNNING (or fail with Serve's
+message), ``ServeApplicationGoneTrigger`` until a removed app is no longer listed.
 
 Used by every target that talks to a Ray dashboard (local, ecs, ray). The loop, the retry rule and the event
 words are ``raylift.triggers.polling.PollingTrigger``'s; this module only reads the dashboard and judges a payload.
@@ -107,3 +108,45 @@ class ServeApplicationsTrigger(PollingTrigger):
     def progress(self, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         statuses = self.statuses(payload)
         return ", ".join(f"{app}={status}" for app, status in statuses.items()), {"apps": statuses}
+
+
+class ServeApplicationGoneTrigger(ServeApplicationsTrigger):
+    """Poll ``GET /api/serve/applications/`` until Serve no longer lists ``app_names`` (one app, after a config
+    write that removed it: Serve shows it DELETING while its replicas drain). Emits ``success`` once it is gone,
+    or ``timeout`` with the status it still had; the same dashboard reads and retry rule as the deploy wait.
+
+    :param dashboard_url: the dashboard, ``http://host:8265``.
+    :param app_names: the removed Serve application(s).
+    :param timeout_s: seconds until the ``timeout`` event.
+    :param poll_interval_s: seconds between polls.
+    """
+
+    def __init__(self, dashboard_url: str, app_names: list[str], timeout_s: float = 300.0,
+                 poll_interval_s: float = 1.0) -> None:
+        super().__init__(dashboard_url, app_names, submitted_at=0.0, timeout_s=timeout_s,
+                         poll_interval_s=poll_interval_s)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"dashboard_url": self.dashboard_url, "app_names": self.app_names, "timeout_s": self.timeout_s,
+             "poll_interval_s": self.poll_interval_s},
+        )
+
+    @property
+    def subject(self) -> str:
+        return f"removal of Serve apps {self.app_names} at {self.dashboard_url}"
+
+    def still_listed(self, payload: dict[str, Any]) -> dict[str, str]:
+        """``{app: Serve's status}`` for the apps Serve still lists."""
+        apps = payload.get("applications") or {}
+        return {name: str(apps[name].get("status")) for name in self.app_names if name in apps}
+
+    def evaluate(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        if not self.still_listed(payload):
+            return {"status": "success", "apps": {}}
+        return None
+
+    def progress(self, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        listed = self.still_listed(payload)
+        return ", ".join(f"{app}={status}" for app, status in listed.items()) or "gone", {"apps": listed}
