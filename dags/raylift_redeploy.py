@@ -47,8 +47,7 @@ with DAG(
         trigger_dag_id=DEPLOY_DAG_ID,
         trigger_run_id="redeploy__{{ run_id }}",
         conf=conf.output,
-        wait_for_completion=True,
-        deferrable=True,
+        wait_for_completion=True,  # deferred or in the worker per [operators] default_deferrable (True in raylift's)
         poke_interval=10,
         openlineage_inject_parent_info=False,
     )

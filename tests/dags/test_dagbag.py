@@ -37,20 +37,27 @@ print(json.dumps({
     "seconds": {s.file: s.duration.total_seconds() for s in bag.dagbag_stats},
     "total_s": time.perf_counter() - started,
     "imported": sorted(set(sys.modules) - baseline),
+    "deferrable": {f"{d.dag_id}.{t.task_id}": t.deferrable for d in bag.dags.values() for t in d.tasks
+                   if isinstance(getattr(t, "deferrable", None), bool)},
 }))
 """
 
 
-@pytest.fixture(scope="module")
-def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def parse(tmp_path_factory: pytest.TempPathFactory, **env_extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)]),
-           "AIRFLOW_HOME": str(tmp_path_factory.mktemp("airflow-home")), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}  # fmt: skip
+           "AIRFLOW_HOME": str(tmp_path_factory.mktemp("airflow-home")), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           **env_extra}  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", PARSE, str(REPO / "dags")], env=env, capture_output=True, text=True, timeout=300,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return parse(tmp_path_factory, AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE="True")
 
 
 def test_every_dag_file_parses_without_import_errors(parsed: dict) -> None:
@@ -67,3 +74,12 @@ def test_each_file_parses_within_the_bound(parsed: dict) -> None:
 def test_a_parse_imports_nothing_heavy(parsed: dict) -> None:
     heavy = sorted(m for m in parsed["imported"] if any(m == h or m.startswith(f"{h}.") for h in HEAVY))
     assert not heavy, f"parsing the DAG files imported {heavy[:12]}: import them inside the task instead"
+
+
+def test_every_wait_follows_default_deferrable(parsed: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No task hard-codes ``deferrable``: each one that can defer (raylift's deploy, build and cluster waits, the
+    redeploy's TriggerDagRunOperator) takes Airflow's ``[operators] default_deferrable``, both ways."""
+    assert parsed["deferrable"], "no task with a deferrable setting found"
+    assert {task for task, on in parsed["deferrable"].items() if not on} == set()
+    off = parse(tmp_path_factory, AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE="False")["deferrable"]
+    assert set(off) == set(parsed["deferrable"]) and {task for task, on in off.items() if on} == set()
