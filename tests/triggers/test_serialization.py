@@ -28,6 +28,7 @@ KNOWN = {
     "raylift.triggers.rayservice.RayServiceReadyTrigger",
     "raylift.triggers.serve.ServeApplicationsTrigger",
     "raylift.triggers.serve.ServeApplicationGoneTrigger",
+    "raylift.triggers.ray_job.RayJobFinishedTrigger",
 }
 
 # Constructor arguments by name, for every trigger (old and new names of the AWS triggers' arguments too):
@@ -49,6 +50,7 @@ SAMPLES: dict[str, Any] = {
     "app_names": ["llm", "translator"],
     "submitted_at": 1767225600.25,
     "name": "llm",
+    "submission_id": "raysubmit_Xq3cT8a1bZ",
     "namespace": "raylift",
     "kubernetes_conn_id": "kubernetes_raylift",
     "cluster_context": {"eks_cluster_name": "raylift", "region": "us-west-2", "aws_conn_id": "aws_raylift"},

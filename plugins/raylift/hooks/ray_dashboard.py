@@ -218,6 +218,19 @@ class RayDashboardHook(BaseHook):
         self._check_auth(resp).raise_for_status()
         return dict(resp.json())
 
+    def poll_job_status(self, submission_id: str) -> dict[str, Any]:
+        """``GET /api/jobs/<id>`` in this process, for the job wait; the async twin is ``ajob_status``."""
+        resp = httpx.get(f"{self.address}/api/jobs/{submission_id}", timeout=self.timeout_s, headers=self.headers)
+        self._check_auth(resp).raise_for_status()
+        return dict(resp.json())
+
+    async def ajob_status(self, submission_id: str) -> dict[str, Any]:
+        """``GET /api/jobs/<id>`` without blocking the triggerer's loop."""
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
+            resp = await client.get(f"{self.address}/api/jobs/{submission_id}")
+        self._check_auth(resp).raise_for_status()
+        return dict(resp.json())
+
     # -- Ray Jobs (REST API: POST /api/jobs/, GET /api/jobs/<id>, GET /api/jobs/<id>/logs) -------
     def submit_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None) -> str:
         """Run ``entrypoint`` (a shell command) on the cluster's head node; returns the submission id."""

@@ -32,7 +32,6 @@ from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplication
 log = logging.getLogger(__name__)
 
 # ray.job_submission.JobStatus: the states a job does not leave
-JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
 def _http_url(option: str, value: str, example: str) -> str:
@@ -147,18 +146,16 @@ class RayClusterTarget(LocalTarget):
     def run_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None,
                 timeout_s: float = RAY_JOB_TIMEOUT_S) -> tuple[str, str]:
         """Run ``entrypoint`` on the cluster's head node and wait for it; returns (final status, logs)."""
+        from raylift.triggers.ray_job import RayJobFinishedTrigger
+
         job = self.dashboard.submit_job(entrypoint, runtime_env)
-        deadline = time.monotonic() + timeout_s
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            status = self.dashboard.job_status(job)
-            if status.get("status") in JOB_TERMINAL:
-                return str(status["status"]), self.dashboard.job_logs(job)
-            time.sleep(1)
-        raise ClusterError(
-            f"Ray job {job} on {self.dashboard_url} did not finish in {timeout_s:.0f} s (last status "
-            f"{status.get('status')!r}): is the cluster's head busy or short of CPU? Nothing was deployed."
-        )
+        event = RayJobFinishedTrigger(self.dashboard_url, job, timeout_s=timeout_s).wait()
+        if event["status"] != "success":
+            raise ClusterError(
+                f"{event['message']}: is the cluster's head busy or short of CPU, or its dashboard down? "
+                "Nothing was deployed."
+            )
+        return str(event["job_status"]), self.dashboard.job_logs(job)
 
     def ensure_app_runtime(self, module: str, app_kind: str) -> None:
         """The cluster's own Python must import ``module``: raylift installs nothing into a cluster it did not start."""
