@@ -205,9 +205,10 @@ def test_cost_is_evidence_not_a_gate_and_a_bad_cost_param_fails_before_any_reque
 
 def test_the_sweep_param_reaches_the_benchmark(stub: Callable[..., str], state: DeploymentState,
                                                rollbacks: list[str]) -> None:
-    # one stream at a time: no gain past concurrency 1. Requests of ~0.1 s, so a busy moment of the machine
-    # (the suite runs this beside the Ray stacks) cannot make one level read 5 % faster than the next
-    url = stub(ttft_ms=20, itl_ms=5, max_active=1)
+    # one stream at a time: no gain past concurrency 1. Requests of ~0.3 s, so a busy moment of the machine
+    # (the suite runs this beside the Ray stacks) cannot make one level read 5 % faster than the next: with
+    # ~0.1 s requests (1.6 s a level) one hiccup did, and the knee read 2 (session 12, Serve's proxy suite)
+    url = stub(ttft_ms=50, itl_ms=15, max_active=1)
     out = run(url, "manual__sweep", sweep='{"max_concurrency": 8}')  # a rendered Param is text
     assert out["sweep"]["knee_concurrency"] == 1 and [lv["concurrency"] for lv in out["levels"]] == [1, 2]
     with pytest.raises(RayliftValueError, match="sweep"):
