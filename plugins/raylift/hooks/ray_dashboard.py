@@ -202,34 +202,37 @@ class RayDashboardHook(BaseHook):
                 f"Ray Serve refused the config ({resp.status_code}): {resp.text[:1000]}"
             )
 
-    # -- for waits (raylift.triggers.serve): httpx's own errors propagate, sync and async ---------
-    # Unlike serve_applications(), these keep httpx's TransportError / HTTPStatusError (with the status code),
-    # so the wait can retry a passing failure (connection, timeout, 5xx, 429) and fail at once on the rest.
-    def poll_serve_applications(self) -> dict[str, Any]:
-        """``GET /api/serve/applications/`` in this process; the async twin is ``aserve_applications``."""
-        resp = httpx.get(f"{self.address}/api/serve/applications/", timeout=self.timeout_s, headers=self.headers)
+    # -- for waits (raylift.triggers): httpx's own errors propagate, sync and async -----------------
+    # Unlike serve_applications() / _request(), these keep httpx's TransportError / HTTPStatusError (with the
+    # status code), so the wait can retry a passing failure (connection, timeout, 5xx, 429) and fail at once on
+    # the rest. One GET in two forms; each wait's reads below name the path.
+    def _poll_json(self, path: str) -> dict[str, Any]:
+        resp = httpx.get(f"{self.address}{path}", timeout=self.timeout_s, headers=self.headers)
         self._check_auth(resp).raise_for_status()
         return dict(resp.json())
+
+    async def _apoll_json(self, path: str) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
+            resp = await client.get(f"{self.address}{path}")
+        self._check_auth(resp).raise_for_status()
+        return dict(resp.json())
+
+    def poll_serve_applications(self) -> dict[str, Any]:
+        """``GET /api/serve/applications/`` in this process; the async twin is ``aserve_applications``."""
+        return self._poll_json("/api/serve/applications/")
 
     async def aserve_applications(self) -> dict[str, Any]:
         """``GET /api/serve/applications/`` without blocking the triggerer's loop."""
-        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
-            resp = await client.get(f"{self.address}/api/serve/applications/")
-        self._check_auth(resp).raise_for_status()
-        return dict(resp.json())
+        return await self._apoll_json("/api/serve/applications/")
 
     def poll_job_status(self, submission_id: str) -> dict[str, Any]:
-        """``GET /api/jobs/<id>`` in this process, for the job wait; the async twin is ``ajob_status``."""
-        resp = httpx.get(f"{self.address}/api/jobs/{submission_id}", timeout=self.timeout_s, headers=self.headers)
-        self._check_auth(resp).raise_for_status()
-        return dict(resp.json())
+        """``GET /api/jobs/<id>``: ``{"status": PENDING|RUNNING|SUCCEEDED|FAILED|STOPPED, "message": ...}``
+        (ray.job_submission.JobDetails), in this process; the async twin is ``ajob_status``."""
+        return self._poll_json(f"/api/jobs/{submission_id}")
 
     async def ajob_status(self, submission_id: str) -> dict[str, Any]:
         """``GET /api/jobs/<id>`` without blocking the triggerer's loop."""
-        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
-            resp = await client.get(f"{self.address}/api/jobs/{submission_id}")
-        self._check_auth(resp).raise_for_status()
-        return dict(resp.json())
+        return await self._apoll_json(f"/api/jobs/{submission_id}")
 
     # -- Ray Jobs (REST API: POST /api/jobs/, GET /api/jobs/<id>, GET /api/jobs/<id>/logs) -------
     def submit_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None) -> str:
@@ -238,13 +241,6 @@ class RayDashboardHook(BaseHook):
         if resp.status_code != 200:
             raise ClusterError(f"Ray dashboard {self.address} refused the job ({resp.status_code}): {resp.text[:500]}")
         return str(resp.json()["submission_id"])
-
-    def job_status(self, submission_id: str) -> dict[str, Any]:
-        """``{"status": PENDING|RUNNING|SUCCEEDED|FAILED|STOPPED, "message": ...}`` (ray.job_submission.JobStatus)."""
-        resp = self._request("GET", f"/api/jobs/{submission_id}")
-        if resp.status_code != 200:
-            raise ClusterError(f"Ray dashboard {self.address} answered {resp.status_code} for job {submission_id}.")
-        return dict(resp.json())
 
     def job_logs(self, submission_id: str) -> str:
         resp = self._request("GET", f"/api/jobs/{submission_id}/logs")

@@ -31,8 +31,6 @@ from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplication
 
 log = logging.getLogger(__name__)
 
-# ray.job_submission.JobStatus: the states a job does not leave
-
 
 def _http_url(option: str, value: str, example: str) -> str:
     """``value`` as an http(s) URL with a host, or a ValueError naming the option."""

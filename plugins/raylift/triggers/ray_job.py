@@ -1,22 +1,22 @@
 """RayJobFinishedTrigger: wait on the Ray dashboard until a Ray job ends (Ray's Jobs REST API).
 
 The pre-deploy checks on a Ray cluster raylift did not start (can its Python import the app's engine, does its
-vLLM accept the engine args) run as Ray jobs of a few seconds. Their wait is a ``PollingTrigger`` like the
-deploy's: the same retry rule (a dashboard restarting or answering 5xx is retried, a refused token fails at once)
-and the same events, instead of a loop of its own that ended on the first failed poll.
+vLLM accept the engine args) run as Ray jobs of a few seconds. Their wait reads the dashboard as the deploy's does
+(``RayDashboardTrigger``): the same retry rule (a dashboard restarting or answering 5xx is retried, a refused
+token fails at once) and the same events, instead of a loop of its own that ended on the first failed poll.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from raylift.triggers.polling import PollingTrigger
+from raylift.triggers.dashboard import RayDashboardTrigger
 
 # ray.job_submission.JobStatus's terminal states (JobStatus.is_terminal)
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
-class RayJobFinishedTrigger(PollingTrigger):
+class RayJobFinishedTrigger(RayDashboardTrigger):
     """Poll ``GET /api/jobs/<submission_id>`` until the job is SUCCEEDED, FAILED or STOPPED.
 
     Emits ``success`` once the job has ended, whatever its outcome (``job_status``, Ray's ``message``: the caller
@@ -31,9 +31,8 @@ class RayJobFinishedTrigger(PollingTrigger):
 
     def __init__(self, dashboard_url: str, submission_id: str, timeout_s: float = 300.0,
                  poll_interval_s: float = 1.0) -> None:
-        super().__init__(timeout_s=timeout_s, poll_interval_s=poll_interval_s)
-        self.dashboard_url, self.submission_id = dashboard_url, submission_id
-        self._hook: Any = None
+        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
+        self.submission_id = submission_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -45,13 +44,6 @@ class RayJobFinishedTrigger(PollingTrigger):
     @property
     def subject(self) -> str:
         return f"Ray job {self.submission_id} at {self.dashboard_url}"
-
-    def _dashboard(self) -> Any:
-        from raylift.hooks.ray_dashboard import RayDashboardHook
-
-        if self._hook is None:
-            self._hook = RayDashboardHook(self.dashboard_url, timeout_s=10)
-        return self._hook
 
     def poll(self) -> dict[str, Any]:
         return self._dashboard().poll_job_status(self.submission_id)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
-from raylift.triggers.polling import PollingTrigger
+from raylift.triggers.dashboard import RayDashboardTrigger
 
 PENDING = "PENDING"  # raylift's word for "not (re)deployed since submitted_at yet": not one of Serve's states
 
 
-class ServeApplicationsTrigger(PollingTrigger):
+class ServeApplicationsTrigger(RayDashboardTrigger):
     """Poll ``GET /api/serve/applications/`` until every app in ``app_names`` is RUNNING.
 
     An app counts only once it was (re)deployed at or after ``submitted_at``: right after a PUT the
@@ -39,11 +39,9 @@ class ServeApplicationsTrigger(PollingTrigger):
         timeout_s: float = 600.0,
         poll_interval_s: float = 3.0,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, poll_interval_s=poll_interval_s)
-        self.dashboard_url = dashboard_url
+        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
         self.app_names = list(app_names)
         self.submitted_at = submitted_at
-        self._hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -60,13 +58,6 @@ class ServeApplicationsTrigger(PollingTrigger):
     @property
     def subject(self) -> str:
         return f"Serve apps {self.app_names} at {self.dashboard_url}"
-
-    def _dashboard(self) -> Any:
-        from raylift.hooks.ray_dashboard import RayDashboardHook
-
-        if self._hook is None:  # built on first poll: the triggerer is another host (its token, its env)
-            self._hook = RayDashboardHook(self.dashboard_url, timeout_s=10)
-        return self._hook
 
     def poll(self) -> dict[str, Any]:
         return self._dashboard().poll_serve_applications()
@@ -110,7 +101,7 @@ class ServeApplicationsTrigger(PollingTrigger):
         return ", ".join(f"{app}={status}" for app, status in statuses.items()), {"apps": statuses}
 
 
-class ServeApplicationGoneTrigger(ServeApplicationsTrigger):
+class ServeApplicationGoneTrigger(RayDashboardTrigger):
     """Poll ``GET /api/serve/applications/`` until Serve no longer lists ``app_names`` (one app, after a config
     write that removed it: Serve shows it DELETING while its replicas drain). Emits ``success`` once it is gone,
     or ``timeout`` with the status it still had; the same dashboard reads and retry rule as the deploy wait.
@@ -123,8 +114,8 @@ class ServeApplicationGoneTrigger(ServeApplicationsTrigger):
 
     def __init__(self, dashboard_url: str, app_names: list[str], timeout_s: float = 300.0,
                  poll_interval_s: float = 1.0) -> None:
-        super().__init__(dashboard_url, app_names, submitted_at=0.0, timeout_s=timeout_s,
-                         poll_interval_s=poll_interval_s)
+        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
+        self.app_names = list(app_names)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -136,6 +127,12 @@ class ServeApplicationGoneTrigger(ServeApplicationsTrigger):
     @property
     def subject(self) -> str:
         return f"removal of Serve apps {self.app_names} at {self.dashboard_url}"
+
+    def poll(self) -> dict[str, Any]:
+        return self._dashboard().poll_serve_applications()
+
+    async def apoll(self) -> dict[str, Any]:
+        return await self._dashboard().aserve_applications()
 
     def still_listed(self, payload: dict[str, Any]) -> dict[str, str]:
         """``{app: Serve's status}`` for the apps Serve still lists."""
