@@ -32,6 +32,16 @@ def _env_float(name: str, default: float) -> float:
         raise RayliftValueError(f"{name}={value!r} is not a number of seconds: give e.g. {name}={default:g}") from None
 
 
+def default_deferrable(deferrable: bool | None) -> bool:
+    """``deferrable`` as given, or Airflow's ``[operators] default_deferrable`` when None, as the providers'
+    operators read it (raylift's own Airflow sets it True)."""
+    if deferrable is not None:
+        return deferrable
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
 def repo_root() -> Path:
     """The project checkout (the folder holding ``serve_apps/``), or ``RAYLIFT_ROOT``."""
     if os.environ.get("RAYLIFT_ROOT"):

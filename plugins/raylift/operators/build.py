@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from raylift.config import default_deferrable
 from raylift.errors import BuildError
 from raylift.operators.base import Stopwatch, TargetOperator
 from raylift.records import Artifact
@@ -31,11 +32,7 @@ class BuildArtifactOperator(TargetOperator):
     def __init__(self, *, force: bool = False, deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.force = force
-        if deferrable is None:
-            from airflow.providers.common.compat.sdk import conf
-
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = deferrable
+        self.deferrable = default_deferrable(deferrable)
 
     def execute(self, context: Any) -> dict[str, Any]:
         watch = Stopwatch()

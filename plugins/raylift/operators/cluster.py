@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from raylift.config import default_deferrable
 from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 
@@ -65,11 +66,7 @@ class UndeployAppOperator(TargetOperator):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.app_name, self.timeout_s = app_name, timeout_s
-        if deferrable is None:
-            from airflow.providers.common.compat.sdk import conf
-
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = deferrable
+        self.deferrable = default_deferrable(deferrable)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from raylift.serve_config import app_by_name

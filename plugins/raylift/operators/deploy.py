@@ -82,7 +82,7 @@ class ServeDeployOperator(TargetOperator):
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        from airflow.configuration import conf
+        from raylift.config import default_deferrable
 
         super().__init__(**kwargs)
         self.surge_replicas = surge_replicas
@@ -91,9 +91,7 @@ class ServeDeployOperator(TargetOperator):
         self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
         self.autoscaling, self.route_prefix = autoscaling or {}, route_prefix
         self.timeout_s = timeout_s
-        self.deferrable = (
-            conf.getboolean("operators", "default_deferrable", fallback=False) if deferrable is None else deferrable
-        )
+        self.deferrable = default_deferrable(deferrable)
 
     def render(self) -> dict[str, Any]:
         """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""

@@ -39,7 +39,7 @@ class RayClusterReadySensor(BaseSensorOperator):
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        from airflow.configuration import conf
+        from raylift.config import default_deferrable
 
         kwargs.setdefault("poke_interval", 3)
         kwargs.setdefault("timeout", 300)
@@ -47,9 +47,7 @@ class RayClusterReadySensor(BaseSensorOperator):
         self.target = target
         self.target_options = target_options or {}
         self.expectation = expectation
-        self.deferrable = (
-            conf.getboolean("operators", "default_deferrable", fallback=False) if deferrable is None else deferrable
-        )
+        self.deferrable = default_deferrable(deferrable)
         self._last_gaps: list[str] = []
 
     @cached_property
