@@ -32,3 +32,11 @@ def _airflow_test_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     """Unit tests never touch a developer's ~/airflow."""
     if "AIRFLOW_HOME" not in os.environ:
         monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path_factory.getbasetemp() / "airflow"))
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A run with every moto-backed test records their AWS calls itself, for the IAM test (run last)."""
+    from tests.infra import aws_calls
+
+    aws_calls.plan_in_session(config, items)

@@ -81,3 +81,42 @@ def pytest_configure(config: Any) -> None:
 
 def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# -- recording inside the suite's own run ----------------------------------------------------------------
+# The IAM test used to run the moto-backed tests a second time in a child pytest (4.5 min of CPU beside the
+# heavy part). When the same pytest run collects all of them, unfiltered, the recorder is installed in that
+# run instead and the IAM tests are moved after them; any other selection falls back to the child run.
+RECORDED_TESTS = ("tests/aws", "tests/hooks", "tests/targets", "tests/triggers")
+IAM_TESTS = "tests/infra/test_iam_from_calls.py"
+_SESSION_LOG: Path | None = None  # set by plan_in_session: the log file of this run's recording
+
+
+def _needs_record(item: Any) -> bool:
+    return item.nodeid.startswith(IAM_TESTS + "::") and "calls" in getattr(item, "fixturenames", ())
+
+
+def plan_in_session(config: Any, items: list[Any]) -> Path | None:
+    """Record this run's AWS calls and run the IAM tests last, if this run has every recorded test and an
+    IAM test that needs the record; return the log's path (None: the IAM test runs its own child pytest)."""
+    global _SESSION_LOG
+    needing = [item for item in items if _needs_record(item)]
+    filtered = bool(config.getoption("keyword", "") or config.getoption("markexpr", ""))
+    present = {prefix for prefix in RECORDED_TESTS for item in items if item.nodeid.startswith(prefix + "/")}
+    if not needing or filtered or present != set(RECORDED_TESTS) or os.environ.get(ENV):
+        return None
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="raylift-aws-calls-"))
+    _SESSION_LOG = folder / "calls.jsonl"
+    _SESSION_LOG.touch()
+    install(str(_SESSION_LOG))
+    items[:] = [item for item in items if not _needs_record(item)] + needing
+    return _SESSION_LOG
+
+
+def session_record() -> list[dict[str, Any]] | None:
+    """The calls the recorded tests made in this run (None when this run does not record)."""
+    if _SESSION_LOG is None:
+        return None
+    return [c for c in load(_SESSION_LOG) if c["test"].startswith(tuple(p + "/" for p in RECORDED_TESTS))]

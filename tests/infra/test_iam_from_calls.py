@@ -1,7 +1,8 @@
 """IAM derived from behaviour: every AWS call raylift's code makes in the moto-backed tests must be granted by
 the terraform policy of the principal that makes it in a deployment.
 
-The AWS tests run again in a child pytest with the botocore recorder (``tests.infra.aws_calls``) loaded; the
+The botocore recorder (``tests.infra.aws_calls``) records the AWS tests' calls: in the same pytest run when it
+has all of them (``make test``'s; this module then runs last), else in a child pytest of just them. The
 calls are mapped to IAM actions (``tests.infra.iam_actions``) and looked up in the policies. Nothing here
 lists the actions raylift needs: the recorded calls do.
 """
@@ -24,7 +25,7 @@ from tests.infra.iam_actions import Statement, iam_actions, policy_statements
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM = ROOT / "terraform"
 # the moto-backed tests whose raylift calls are recorded
-RECORDED_TESTS = ["tests/aws", "tests/hooks", "tests/targets", "tests/triggers"]
+RECORDED_TESTS = list(aws_calls.RECORDED_TESTS)
 # principal -> the policy documents that principal gets (each must grant every call it makes)
 PRINCIPALS: dict[str, list[tuple[str, str]]] = {
     "airflow": [("modules/airflow_iam", "airflow")],  # Airflow workers and triggerer
@@ -38,7 +39,13 @@ GRANTED_NOT_RECORDED = {
 
 
 @pytest.fixture(scope="module")
-def calls(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def calls(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    in_session = aws_calls.session_record()
+    if in_session is not None:  # this run ran the recorded tests before this module
+        if request.session.testsfailed:
+            warnings.warn("the record may miss the calls of this run's failing tests", stacklevel=1)
+        assert in_session, "no AWS call was recorded in this run: is the recorder installed?"
+        return in_session
     tmp = tmp_path_factory.mktemp("aws-calls")
     log = tmp / "calls.jsonl"
     env = {**os.environ, aws_calls.ENV: str(log)}
