@@ -205,11 +205,15 @@ def test_cost_is_evidence_not_a_gate_and_a_bad_cost_param_fails_before_any_reque
 
 def test_the_sweep_param_reaches_the_benchmark(stub: Callable[..., str], state: DeploymentState,
                                                rollbacks: list[str]) -> None:
-    # one stream at a time: no gain past concurrency 1. Requests of ~0.3 s, so a busy moment of the machine
-    # (the suite runs this beside the Ray stacks) cannot make one level read 5 % faster than the next: with
-    # ~0.1 s requests (1.6 s a level) one hiccup did, and the knee read 2 (session 12, Serve's proxy suite)
+    # One stream at a time: no gain past concurrency 1, but for the client's gap between one request's end
+    # and the next one's start, which level 2 hides (it always has one queued). On the 2-core box beside the
+    # Ray stacks that gap alone was >5 % of ~0.3 s requests (2026-11-26, Serve's proxy suite: levels 1, 2, 4,
+    # knee 2), so level 2 may pass the gain rule; level 4 cannot. Without max_active throughput doubles each
+    # level and the sweep runs to the cap (knee 8): the gain rule, not the cap, must end it within two steps.
     url = stub(ttft_ms=50, itl_ms=15, max_active=1)
     out = run(url, "manual__sweep", sweep='{"max_concurrency": 8}')  # a rendered Param is text
-    assert out["sweep"]["knee_concurrency"] == 1 and [lv["concurrency"] for lv in out["levels"]] == [1, 2]
+    sweep, levels = out["sweep"], [lv["concurrency"] for lv in out["levels"]]
+    assert sweep["stop_reason"].startswith("throughput gain"), sweep
+    assert levels in ([1, 2], [1, 2, 4]) and sweep["knee_concurrency"] <= 2, (levels, sweep)
     with pytest.raises(RayliftValueError, match="sweep"):
         run(url, "manual__bad_sweep", sweep={"factor": 1})
