@@ -96,15 +96,15 @@ def _needs_record(item: Any) -> bool:
     return item.nodeid.startswith(IAM_TESTS + "::") and "calls" in getattr(item, "fixturenames", ())
 
 
-def plan_in_session(config: Any, items: list[Any]) -> Path | None:
+def plan_in_session(config: Any, items: list[Any]) -> None:
     """Record this run's AWS calls and run the IAM tests last, if this run has every recorded test and an
-    IAM test that needs the record; return the log's path (None: the IAM test runs its own child pytest)."""
+    IAM test that needs the record (else the IAM test runs its own child pytest: ``session_record`` is None)."""
     global _SESSION_LOG
     needing = [item for item in items if _needs_record(item)]
     filtered = bool(config.getoption("keyword", "") or config.getoption("markexpr", ""))
     present = {prefix for prefix in RECORDED_TESTS for item in items if item.nodeid.startswith(prefix + "/")}
     if not needing or filtered or present != set(RECORDED_TESTS) or os.environ.get(ENV):
-        return None
+        return
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="raylift-aws-calls-"))
@@ -112,7 +112,6 @@ def plan_in_session(config: Any, items: list[Any]) -> Path | None:
     _SESSION_LOG.touch()
     install(str(_SESSION_LOG))
     items[:] = [item for item in items if not _needs_record(item)] + needing
-    return _SESSION_LOG
 
 
 def session_record() -> list[dict[str, Any]] | None:
