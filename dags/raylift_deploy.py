@@ -21,7 +21,11 @@ from raylift.operators.smoke import SmokeTestOperator
 from raylift.operators.stage import StageModelOperator
 from raylift.sensors.cluster import RayClusterReadySensor
 
-TARGET = {"target": "{{ params.target }}", "target_options": "{{ params.target_options }}"}
+TARGET = {
+    "target": "{{ params.target }}",
+    "target_options": "{{ params.target_options }}",
+    "cluster_conn_id": "{{ params.cluster_conn_id }}",
+}
 
 with DAG(
     dag_id="raylift_deploy",

@@ -40,6 +40,7 @@ with DAG(
         task_id="last_good_conf",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
+        cluster_conn_id="{{ params.cluster_conn_id }}",
         app_name="{{ params.app_name }}",
     )
     deploy = TriggerDagRunOperator(

@@ -36,5 +36,6 @@ with DAG(
         ignore_patterns="{{ params.hub_ignore_patterns }}",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
+        cluster_conn_id="{{ params.cluster_conn_id }}",
         outlets=[staged_model_alias()],
     )

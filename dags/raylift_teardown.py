@@ -20,4 +20,9 @@ with DAG(
     tags=["raylift"],
     doc_md=__doc__,
 ) as dag:
-    TeardownOperator(task_id="teardown", target="{{ params.target }}", target_options="{{ params.target_options }}")
+    TeardownOperator(
+        task_id="teardown",
+        target="{{ params.target }}",
+        target_options="{{ params.target_options }}",
+        cluster_conn_id="{{ params.cluster_conn_id }}",
+    )

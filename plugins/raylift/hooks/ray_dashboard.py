@@ -4,9 +4,11 @@ Used by every target: locally the dashboard is on 127.0.0.1; on ECS it is the he
 Cloud Map. Only HTTP, so the Airflow worker needs no Ray runtime.
 
 A cluster started with Ray's token auth (``RAY_AUTH_MODE=token``) answers 401 without its token. The hook sends
-``Authorization: Bearer <token>`` with the token from (in order) its ``auth_token`` argument, the connection's
-password, or where Ray's own CLI reads it: ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names. The
-token is never logged nor put in an error message.
+``Authorization: Bearer <token>`` only with a token it was given for that cluster: the password of the cluster's
+``raylift_cluster`` connection (``conn_id``; the address must then be one of that connection's own), or an explicit
+``auth_token`` from code that knows whose it is (the ``local`` target passes the token of the cluster it started
+itself). A worker's ``RAY_AUTH_TOKEN`` is never sent to an address that came from a run's Params. The token is
+never logged nor put in an error message.
 """
 
 from __future__ import annotations
@@ -52,11 +54,17 @@ def ray_auth_token() -> str | None:
 
 
 class RayDashboardHook(BaseHook):
-    """Talk to a Ray dashboard at ``address`` (``http://host:8265``) or the one a connection names."""
+    """Talk to a Ray dashboard at ``address`` (``http://host:8265``), or the one a ``raylift_cluster`` connection names.
 
-    conn_name_attr = "ray_dashboard_conn_id"
-    default_conn_name = "ray_dashboard_default"
-    conn_type = "http"
+    :param address: the dashboard; with ``conn_id`` it must be one of the connection's own (or found from its
+        options, as the ECS head through Cloud Map), since the connection's token goes there.
+    :param conn_id: a ``raylift_cluster`` connection: its password is the token.
+    :param auth_token: a token the caller knows belongs to ``address`` (the local cluster raylift started).
+    """
+
+    conn_name_attr = "cluster_conn_id"
+    default_conn_name = "raylift_cluster_default"
+    conn_type = "raylift_cluster"
     hook_name = "Ray dashboard"
 
     def __init__(
@@ -68,13 +76,25 @@ class RayDashboardHook(BaseHook):
         auth_token: str | None = None,
     ):
         super().__init__()
-        if address is None:
-            conn = self.get_connection(conn_id or self.default_conn_name)
-            address = f"{conn.schema or 'http'}://{conn.host}:{conn.port or 8265}"
-            auth_token = auth_token or conn.password or None
+        if conn_id:
+            from raylift.hooks.raylift_cluster import RayliftClusterHook, origin
+
+            cluster = RayliftClusterHook(conn_id).cluster()
+            address = address or cluster.options.get("dashboard_url")
+            if not address:
+                raise RayAuthError(f"Connection {conn_id!r} names no dashboard_url: set it in the connection's extra.")
+            allowed = cluster.token_origins()
+            if cluster.token and allowed and origin(address) not in allowed:
+                raise RayAuthError(
+                    f"Refusing to send connection {conn_id!r}'s Ray token to {address}: it is not that connection's "
+                    f"dashboard ({', '.join(sorted(allowed))}). Nothing was sent."
+                )
+            auth_token = cluster.token
+        if not address:
+            raise ClusterError("RayDashboardHook needs a dashboard address or a raylift_cluster connection id.")
         self.address = address.rstrip("/")
         self.timeout_s = timeout_s
-        self._token = auth_token or ray_auth_token()
+        self._token = auth_token
 
     @property
     def headers(self) -> dict[str, str]:
@@ -84,14 +104,14 @@ class RayDashboardHook(BaseHook):
         if resp.status_code == 401:
             raise RayAuthError(
                 f"The Ray dashboard at {self.address} requires a token (the cluster runs with RAY_AUTH_MODE=token) "
-                "and raylift sent none: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) for the Airflow workers and "
-                "triggerer, or the password of the ray_dashboard connection, to the cluster's token.",
+                "and raylift sent none: set the cluster's token as the password of its raylift_cluster connection "
+                "(the cluster_conn_id Param); for target local, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH).",
                 status=401,
             )
         if resp.status_code == 403:
             raise RayAuthError(
                 f"The Ray dashboard at {self.address} rejected raylift's token (403): it is not the cluster's "
-                "RAY_AUTH_TOKEN. Check the secret the Airflow workers read it from.",
+                "RAY_AUTH_TOKEN. Check the password of the cluster's raylift_cluster connection.",
                 status=403,
             )
         return resp

@@ -27,7 +27,7 @@ from typing import Any
 
 from raylift.config import DRAIN_TIMEOUT_S, POLL_INTERVAL_S, LocalSettings
 from raylift.errors import ClusterError
-from raylift.hooks.ray_dashboard import RayDashboardHook
+from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.processes import LiveProcess, ProcessRecord, working_dir
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class LocalRayCluster:
         self.s = settings
         self.dir = settings.cluster_dir
         self.state_file = self.dir / "nodes.json"
-        self.dashboard = RayDashboardHook(settings.dashboard_url)
+        self.dashboard = RayDashboardHook(settings.dashboard_url, auth_token=ray_auth_token())  # the cluster it starts
 
     # -- state ----------------------------------------------------------------------------------
     def _load(self) -> dict[str, NodeProcess]:

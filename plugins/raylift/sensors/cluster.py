@@ -24,11 +24,12 @@ class RayClusterReadySensor(BaseSensorOperator):
     :param expectation: the scale step's ``ClusterExpectation`` (its XCom): the nodes and resources to wait for.
     :param target: the target's name (``local``, ``ray``, ``ecs``, ``eks``).
     :param target_options: the target's own options.
+    :param cluster_conn_id: the cluster's ``raylift_cluster`` connection (see ``TargetOperator``).
     :param deferrable: defer on the target's scale trigger (ECS) while tasks start; False pokes from the start.
         None takes Airflow's ``[operators] default_deferrable`` (raylift's own runs set it True).
     """
 
-    template_fields: Sequence[str] = ("target", "target_options", "expectation")
+    template_fields: Sequence[str] = ("target", "target_options", "cluster_conn_id", "expectation")
 
     def __init__(
         self,
@@ -36,6 +37,7 @@ class RayClusterReadySensor(BaseSensorOperator):
         expectation: Any,
         target: str = "local",
         target_options: dict[str, Any] | None = None,
+        cluster_conn_id: str | None = None,
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
@@ -46,15 +48,16 @@ class RayClusterReadySensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.target = target
         self.target_options = target_options or {}
+        self.cluster_conn_id = cluster_conn_id
         self.expectation = expectation
         self.deferrable = default_deferrable(deferrable)
         self._last_gaps: list[str] = []
 
     @cached_property
     def target_impl(self) -> Target:
-        from raylift.targets import get_target
+        from raylift.targets import resolve_target
 
-        return get_target(self.target, **self.target_options)
+        return resolve_target(self.target, self.target_options, self.cluster_conn_id or None)
 
     def poke(self, context: Any) -> bool:
         want = ClusterExpectation.from_xcom(self.expectation)

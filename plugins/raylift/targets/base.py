@@ -15,6 +15,8 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
+    from raylift.hooks.raylift_cluster import ClusterConnection
+    from raylift.store import ObjectStore
     from raylift.triggers.polling import PollingTrigger
 
 class Target(ABC):
@@ -127,6 +129,33 @@ class Target(ABC):
     def state_uri(self) -> str:
         """Where run records and the last good Serve config are kept (the model store by default)."""
         return self.model_store_uri()
+
+    def state_store(self) -> ObjectStore:
+        """The store that holds this cluster's release state and its writer lease (``state_uri()``)."""
+        from raylift.store import open_store
+
+        options = getattr(self, "options", None)
+        aws = getattr(self, "aws", None)
+        conn_id = getattr(aws, "aws_conn_id", None) or getattr(options, "aws_conn_id", None)
+        return open_store(self.state_uri(), aws_conn_id=conn_id)
+
+    #: set from the cluster's ``raylift_cluster`` connection (``attach_cluster``); None: the target kind alone
+    #: names the cluster (the zero-configuration ``local``, or options given as Params)
+    cluster_identity: str | None = None
+    cluster_conn_id: str | None = None
+
+    def attach_cluster(self, cluster: ClusterConnection) -> None:
+        """This target drives the cluster ``cluster`` names: its identity keys state; its token is its own."""
+        self.cluster_identity = cluster.identity
+        self.cluster_conn_id = cluster.conn_id
+
+    def check_credentials(self) -> None:
+        """Refuse, before anything is sent, a target whose credential would reach a host it does not belong to."""
+
+    def cluster_key(self) -> str:
+        """The key release state and the writer lease are kept under: the cluster's identity when a connection
+        names it, else the target kind (``local``)."""
+        return self.cluster_identity or self.name
 
     @abstractmethod
     def model_store_uri(self) -> str:

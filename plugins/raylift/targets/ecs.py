@@ -114,7 +114,7 @@ class EcsTarget(AwsTarget):
     def _dashboard(self) -> Any:
         from raylift.hooks.ray_dashboard import RayDashboardHook
 
-        return RayDashboardHook(self.dashboard_url())
+        return RayDashboardHook(self.dashboard_url(), conn_id=self.cluster_conn_id)
 
     # -- artifact ----------------------------------------------------------------------------------
     def finish_build(self, artifact: Artifact) -> Artifact:
@@ -214,12 +214,14 @@ class EcsTarget(AwsTarget):
             app_names=app_names,
             submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
+            cluster_conn_id=self.cluster_conn_id,
         )
 
     def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
         from raylift.triggers.serve import ServeApplicationGoneTrigger
 
-        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url(), app_names=[app_name], timeout_s=timeout_s)
+        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url(), app_names=[app_name],
+                                           timeout_s=timeout_s, cluster_conn_id=self.cluster_conn_id)
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """Serve's proxy on the head: reachable from the VPC (``serve_host``) on ``serve_port``."""

@@ -12,7 +12,7 @@ from pydantic import Field
 from raylift.artifact import PackageInputs, build_package
 from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, repo_root
 from raylift.errors import ClusterError, RayliftValueError
-from raylift.hooks.ray_dashboard import RayDashboardHook
+from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.cluster import LocalRayCluster
 from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
 from raylift.staging import stage_model
@@ -53,7 +53,8 @@ class LocalTarget(Target):
         self._model_store = opts.model_store or str(self.settings.model_store)
         self.hf_conn_id, self.aws_conn_id = opts.hf_conn_id, opts.aws_conn_id
         self.cluster = LocalRayCluster(self.settings)
-        self.dashboard = RayDashboardHook(self.settings.dashboard_url)
+        # the cluster raylift starts here, on 127.0.0.1: its token is where Ray's own CLI reads it
+        self.dashboard = RayDashboardHook(self.settings.dashboard_url, auth_token=ray_auth_token())
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
     def model_store_uri(self) -> str:
@@ -108,10 +109,12 @@ class LocalTarget(Target):
             app_names=app_names,
             submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
+            local_token=True,
         )
 
     def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
-        return ServeApplicationGoneTrigger(dashboard_url=self.settings.dashboard_url, app_names=[app_name], timeout_s=timeout_s)
+        return ServeApplicationGoneTrigger(dashboard_url=self.settings.dashboard_url, app_names=[app_name],
+                                           timeout_s=timeout_s, local_token=True)
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """The proxy on 127.0.0.1 at the configured port, and only on the head: every node here shares

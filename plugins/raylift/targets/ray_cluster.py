@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from raylift.config import RAY_JOB_TIMEOUT_S, LocalSettings
-from raylift.errors import ClusterError, RayliftValueError
-from raylift.hooks.ray_dashboard import RayDashboardHook
+from raylift.errors import ClusterError, CredentialsError, RayliftValueError
+from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.records import ClusterExpectation
 from raylift.targets.local import LocalOptions, LocalTarget
 from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplicationsTrigger
@@ -80,7 +80,25 @@ class RayClusterTarget(LocalTarget):
         self.options = opts
         self.dashboard_url = opts.dashboard_url
         self.serve_url = opts.serve_url
-        self.dashboard = RayDashboardHook(self.dashboard_url)
+        self.dashboard = RayDashboardHook(self.dashboard_url)  # no token: these URLs came from Params
+
+    # -- credentials: a token goes only to its own connection's hosts ------------------------------------
+    def attach_cluster(self, cluster: Any) -> None:
+        """The cluster's connection named these URLs: its token (the password) goes to its dashboard."""
+        super().attach_cluster(cluster)
+        self.dashboard = RayDashboardHook(self.dashboard_url, conn_id=cluster.conn_id)
+
+    def check_credentials(self) -> None:
+        """Refuse a run whose dashboard URL came from its Params while this worker holds a Ray token: that URL
+        may be anyone's, and the token is code execution on the cluster it belongs to. Nothing is sent."""
+        if self.cluster_conn_id is None and ray_auth_token():
+            raise CredentialsError(
+                "target 'ray': target_options.dashboard_url came from this run's Params, and this worker holds a "
+                "Ray token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH). raylift sends a Ray token only to the hosts of "
+                "the cluster's own raylift_cluster connection: add one for this cluster (kind 'ray', its "
+                "dashboard_url and serve_url, the token as its password) and name it in the cluster_conn_id Param. "
+                "Nothing was sent."
+            )
 
     # -- cluster: as it is ---------------------------------------------------------------------
     def scale(self, *, workers: int) -> ClusterExpectation:
@@ -121,10 +139,12 @@ class RayClusterTarget(LocalTarget):
             app_names=app_names,
             submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
+            cluster_conn_id=self.cluster_conn_id,
         )
 
     def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
-        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url, app_names=[app_name], timeout_s=timeout_s)
+        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url, app_names=[app_name], timeout_s=timeout_s,
+                                           cluster_conn_id=self.cluster_conn_id)
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """Serve listens where ``serve_url`` says, when this config is the cluster's first (a running Serve keeps
@@ -147,7 +167,8 @@ class RayClusterTarget(LocalTarget):
         from raylift.triggers.ray_job import RayJobFinishedTrigger
 
         job = self.dashboard.submit_job(entrypoint, runtime_env)
-        event = RayJobFinishedTrigger(self.dashboard_url, job, timeout_s=timeout_s).wait()
+        event = RayJobFinishedTrigger(self.dashboard_url, job, timeout_s=timeout_s,
+                                      cluster_conn_id=self.cluster_conn_id).wait()
         if event["status"] != "success":
             raise ClusterError(
                 f"{event['message']}: is the cluster's head busy or short of CPU, or its dashboard down? "

@@ -30,15 +30,16 @@ class RayJobFinishedTrigger(RayDashboardTrigger):
     """
 
     def __init__(self, dashboard_url: str, submission_id: str, timeout_s: float = 300.0,
-                 poll_interval_s: float = 1.0) -> None:
-        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
+                 poll_interval_s: float = 1.0, cluster_conn_id: str | None = None, local_token: bool = False) -> None:
+        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s,
+                         cluster_conn_id=cluster_conn_id, local_token=local_token)
         self.submission_id = submission_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"dashboard_url": self.dashboard_url, "submission_id": self.submission_id, "timeout_s": self.timeout_s,
-             "poll_interval_s": self.poll_interval_s},
+             "poll_interval_s": self.poll_interval_s, **self.auth_kwargs()},
         )
 
     @property

@@ -38,8 +38,11 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
         submitted_at: float,
         timeout_s: float = 600.0,
         poll_interval_s: float = 3.0,
+        cluster_conn_id: str | None = None,
+        local_token: bool = False,
     ) -> None:
-        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
+        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s,
+                         cluster_conn_id=cluster_conn_id, local_token=local_token)
         self.app_names = list(app_names)
         self.submitted_at = submitted_at
 
@@ -52,6 +55,7 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
                 "submitted_at": self.submitted_at,
                 "timeout_s": self.timeout_s,
                 "poll_interval_s": self.poll_interval_s,
+                **self.auth_kwargs(),
             },
         )
 
@@ -113,15 +117,16 @@ class ServeApplicationGoneTrigger(RayDashboardTrigger):
     """
 
     def __init__(self, dashboard_url: str, app_names: list[str], timeout_s: float = 300.0,
-                 poll_interval_s: float = 1.0) -> None:
-        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
+                 poll_interval_s: float = 1.0, cluster_conn_id: str | None = None, local_token: bool = False) -> None:
+        super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s,
+                         cluster_conn_id=cluster_conn_id, local_token=local_token)
         self.app_names = list(app_names)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"dashboard_url": self.dashboard_url, "app_names": self.app_names, "timeout_s": self.timeout_s,
-             "poll_interval_s": self.poll_interval_s},
+             "poll_interval_s": self.poll_interval_s, **self.auth_kwargs()},
         )
 
     @property
