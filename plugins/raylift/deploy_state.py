@@ -38,16 +38,19 @@ class DeploymentState:
     def _applied_key(self, run_id: str) -> str:
         return f"{self.prefix}/applied/{_RUN_SAFE.sub('_', run_id)}.json"
 
-    def begin_apply(self, run_id: str, before: dict[str, Any], config: dict[str, Any]) -> dict[str, Any] | None:
-        """Record, before the PUT, what was serving and what this run applies. The first snapshot of a run
-        wins: a retried task whose earlier try applied (and died) must not take the half-applied config
-        as "what was serving before". Returns the earlier try's snapshot, if there was one."""
+    def begin_apply(self, run_id: str, before: dict[str, Any], config: dict[str, Any],
+                    surge: int | None = None) -> dict[str, Any] | None:
+        """Record, before the PUT, what was serving and what this run applies (and its ``surge_replicas``, which
+        its rollback honours). The first snapshot of a run wins: a retried task whose earlier try applied (and
+        died) must not take the half-applied config as "what was serving before". Returns the earlier try's
+        snapshot, if there was one."""
         earlier = self.pre_deploy(run_id) if self.applied(run_id) is not None else None
         if earlier is None:
             self.save_pre_deploy(run_id, before)
         self.store.write_json(
             self._applied_key(run_id),
-            {"config": config, "config_hash": config_hash(config), "at": datetime.now(UTC).isoformat()},
+            {"config": config, "config_hash": config_hash(config), "at": datetime.now(UTC).isoformat(),
+             **({"surge": surge} if surge is not None else {})},
         )
         return earlier
 

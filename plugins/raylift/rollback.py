@@ -6,36 +6,117 @@ import logging
 from typing import Any
 
 from raylift.deploy_state import DeploymentState
+from raylift.errors import DeployError
 from raylift.serve_config import app_by_name, merge_app
 from raylift.targets.base import Target
 
 log = logging.getLogger(__name__)
 
 
+class RollbackConflictError(DeployError):
+    """The app no longer runs what this run wrote (a hand deploy, an undeploy or another run changed it since):
+    rollback leaves it as it is, so that change is kept."""
+
+
+def what_this_run_replaced(
+    state: DeploymentState, run_id: str, app_name: str
+) -> tuple[dict[str, Any] | None, dict[str, Any], str]:
+    """(the app as it served before this run's write or None if it was not deployed, the whole config it came
+    from, where that came from). The pre-deploy snapshot is exactly what this run replaced; the last good
+    config stands in only for a run that left no snapshot."""
+    good = state.last_good()
+    good_app = app_by_name(good["config"], app_name) if good else None
+    pre = state.pre_deploy(run_id)
+    if pre is not None:
+        app = app_by_name(pre, app_name)
+        if app is None:
+            return None, pre, "config that was serving before this run, which had no such app"
+        if good is not None and good_app is not None and _same_app(app, good_app):
+            return app, pre, f"last good config (run {good['run_id']})"
+        return app, pre, "config that was serving before this run"
+    if good is not None:
+        return good_app, good["config"], f"last good config (run {good['run_id']})"
+    return None, {}, "nothing recorded"
+
+
+def check_still_ours(state: DeploymentState, run_id: str, app_name: str, current: dict[str, Any]) -> None:
+    """Raise RollbackConflictError, naming the change, unless ``app_name`` still runs what this run wrote."""
+    from raylift.rollout import restarts_replicas
+
+    applied = state.applied(run_id)
+    ours = app_by_name(applied["config"], app_name) if applied else None
+    now = app_by_name(current, app_name)
+    if ours is None:
+        raise RollbackConflictError(f"run {run_id} wrote no config for app {app_name!r}, so it has nothing to undo")
+    if now is None:
+        raise RollbackConflictError(
+            f"app {app_name!r} was removed since run {run_id} wrote it (raylift_undeploy or a hand change): "
+            "left removed"
+        )
+    if restarts_replicas(ours, now):
+        changed = sorted(k for k in set(ours) | set(now) if k != "deployments" and ours.get(k) != now.get(k))
+        raise RollbackConflictError(
+            f"app {app_name!r} runs another version than run {run_id} wrote (changed since: "
+            f"{', '.join(changed) or 'its deployments'}; a hand serve deploy or another run?): left as it is"
+        )
+
+
+def rollback_surge(target: Target, app: dict[str, Any], current: dict[str, Any], surge: int) -> int:
+    """The surge replicas a rollback of ``app`` can use: the run's ``surge_replicas`` when that peak fits the
+    cluster, else 0 (stop-before-start, as a full cluster allows). ServeFitError when not even that fits."""
+    from raylift.errors import ServeFitError
+    from raylift.rollout import with_surge
+    from raylift.serve_config import app_kind
+    from raylift.serve_validation import Cluster, check_fit
+
+    state = target.cluster_state()
+    cluster = Cluster(totals=dict(state.resources), nodes=tuple(state.node_resources))
+    others = current.get("applications", [])
+    vllm = app_kind(app).vllm
+    if surge > 0:
+        try:
+            check_fit(with_surge(app, surge), cluster, others=others, vllm=vllm)
+            return surge
+        except ServeFitError as exc:
+            log.warning("rollback: %d surge replica(s) do not fit (%s); going back stop-before-start", surge, exc)
+    check_fit(app, cluster, others=others, vllm=vllm)
+    return 0
+
+
 def restore_app(
     target: Target, state: DeploymentState, run_id: str, app_name: str, *, new_version_running: bool = True
 ) -> str:
-    """Re-apply ``app_name`` from the last good config (or the pre-deploy one); returns what was done.
+    """Put back exactly what this run replaced of ``app_name`` (or remove the app if it was not deployed before),
+    only while the app still runs what this run wrote; returns what was done. RollbackConflictError otherwise.
 
     ``new_version_running``: the failed version is RUNNING (a smoke test or gate failed), so going back
-    restarts replicas: do it start-before-stop and wait for it. False after a failed deploy, where
-    Serve never stopped the old replicas and going back to them is a lightweight update.
+    restarts replicas: start-before-stop with the run's ``surge_replicas`` when that fits the cluster (else
+    stop-before-start), and wait for it. False after a failed deploy, where Serve never stopped the old
+    replicas and going back to them is a lightweight update.
     """
-    from raylift.config import DEPLOY_TIMEOUT_S
+    from raylift.config import DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
     from raylift.rollout import apply_start_before_stop
 
-    saved, source = state.rollback_config(run_id)
     current = target.current_serve_config()
-    app = app_by_name(saved, app_name) if saved else None
+    check_still_ours(state, run_id, app_name, current)
+    app, saved, source = what_this_run_replaced(state, run_id, app_name)
     if app is not None:
-        restored = merge_app(current, app, defaults=saved or {})
+        restored = merge_app(current, app, defaults=saved)
         action = f"restored app {app_name!r} from the {source}"
     else:
         restored = dict(current)
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
-        action = f"removed app {app_name!r} (it had no earlier good version: {source})"
+        action = f"removed app {app_name!r} (it had no earlier version: {source})"
     if app is not None and new_version_running:
-        event = apply_start_before_stop(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S, read=current)
+        from raylift.rollout import with_native_surge
+
+        applied = state.applied(run_id) or {}
+        surge = rollback_surge(target, app, current, int(applied.get("surge", ROLLOUT_SURGE_REPLICAS)))
+        if surge == 0:  # no surge at all, whatever Serve's echo of an earlier rollout carried
+            restored = merge_app(current, with_native_surge(app, 0), defaults=saved)
+            action += " (stop-before-start)"
+        event = apply_start_before_stop(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S, read=current,
+                                        extra=surge)
         if event.get("status") != "success":
             action += f" (but it is not RUNNING yet: {event.get('message', event.get('status'))})"
     else:
@@ -44,6 +125,18 @@ def restore_app(
         write_serve_config(target, restored, read=current)
     log.warning("rollback: %s", action)
     return action
+
+
+def roll_back_after_failure(
+    target: Target, state: DeploymentState, run_id: str, app_name: str, *, new_version_running: bool = True
+) -> str:
+    """The one rollback a failed deploy, smoke test or gate runs: "Rolled back: ..." or, when the app no longer
+    runs what this run wrote, "Not rolled back: ..." naming the change (the caller fails the task with it)."""
+    try:
+        return f"Rolled back: {restore_app(target, state, run_id, app_name, new_version_running=new_version_running)}"
+    except RollbackConflictError as exc:
+        log.warning("rollback: not rolled back: %s", exc)
+        return f"Not rolled back: {exc}"
 
 
 def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
@@ -63,8 +156,7 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
     current = target.current_serve_config()
     now = app_by_name(current, app_name)
     ours = app_by_name(applied["config"], app_name)
-    saved, source = state.rollback_config(run_id)
-    back = app_by_name(saved, app_name) if saved else None
+    back, _, source = what_this_run_replaced(state, run_id, app_name)
     if _same_app(now, back):
         return f"nothing to roll back: app {app_name!r} already runs the {source}"
     if now is None and back is None:

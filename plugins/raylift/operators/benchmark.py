@@ -137,7 +137,7 @@ class BenchmarkOperator(TargetOperator):
             REGRESSION_CONFIRM_PAUSE_S,
         )
         from raylift.deploy_state import run_key
-        from raylift.rollback import restore_app
+        from raylift.rollback import roll_back_after_failure
         from raylift.serve_config import APP_KINDS
 
         cost_options = _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request
@@ -254,9 +254,9 @@ class BenchmarkOperator(TargetOperator):
         except Exception:
             self.log.exception("benchmark report not written; the gates still apply")
         if violations:
-            action = restore_app(self.target_impl, state, run_id, str(self.app_name))
+            outcome = roll_back_after_failure(self.target_impl, state, run_id, str(self.app_name))
             details = "; ".join(v.message for v in violations)
-            raise GateError(f"Release gate failed: {details}. Rolled back: {action}.")
+            raise GateError(f"Release gate failed: {details}. {outcome}.")
         # last_good (the next run's baseline and the rollback target) only after every gate passed, and not
         # from a slow spell of an unchanged config (its samples would lower the bar for the next release)
         if config and not unchanged:

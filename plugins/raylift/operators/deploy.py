@@ -205,7 +205,7 @@ class ServeDeployOperator(TargetOperator):
         # Before the PUT: what serves now and what this run applies ("applied, not yet proven"). A retry
         # whose earlier try applied and then died (worker lost after the PUT) gets that try's snapshot
         # back: the rollback target stays what served before the run, and the rollout is finished from it.
-        earlier = self.state_for(str(self.app_name)).begin_apply(run_id, current, config)
+        earlier = self.state_for(str(self.app_name)).begin_apply(run_id, current, config, surge=self.surge)
         if earlier is not None:
             self.log.warning(
                 "an earlier try of run %s applied a config for app %r and did not finish (its worker stopped "
@@ -240,7 +240,7 @@ class ServeDeployOperator(TargetOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from datetime import UTC, datetime
 
-        from raylift.rollback import restore_app
+        from raylift.rollback import roll_back_after_failure
         from raylift.serve_config import app_by_name, app_kind, app_url, config_hash
 
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
@@ -266,12 +266,12 @@ class ServeDeployOperator(TargetOperator):
             }
         reason = event.get("message", "unknown")
         # Serve never stopped the old replicas (start-before-stop), so going back to them is lightweight.
-        action = restore_app(
+        outcome = roll_back_after_failure(
             self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name),
             new_version_running=False,
         )
         raise DeployError(
             f"Serve app {self.app_name!r} did not deploy ({event.get('app_status') or event.get('status')}): "
             f"{reason}\n"
-            f"Rolled back: {action}. Fix the app/config and redeploy."
+            f"{outcome}. Fix the app/config and redeploy."
         )

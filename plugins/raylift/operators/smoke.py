@@ -24,7 +24,7 @@ class SmokeTestOperator(TargetOperator):
         self.served_name, self.app_name, self.deployed = served_name, app_name, deployed
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.rollback import restore_app
+        from raylift.rollback import roll_back_after_failure
         from raylift.smoke import run_smoke
 
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
@@ -34,8 +34,8 @@ class SmokeTestOperator(TargetOperator):
         try:
             report = run_smoke(endpoint, str(self.served_name), kind=deployed.get("kind", "llm"))
         except Exception as exc:  # a non-JSON answer, a reset connection...: whatever it was, the app failed
-            action = restore_app(self.target_impl, state, context["run_id"], str(self.app_name))
+            outcome = roll_back_after_failure(self.target_impl, state, context["run_id"], str(self.app_name))
             reason = str(exc) if isinstance(exc, SmokeTestError) else f"Smoke test failed: {type(exc).__name__}: {exc}"
-            raise SmokeTestError(f"{reason} Rolled back: {action}.") from exc
+            raise SmokeTestError(f"{reason} {outcome}.") from exc
         self.log.info("smoke test passed: %s", report)
         return report
