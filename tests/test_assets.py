@@ -1,8 +1,11 @@
-"""The staged-model Asset: URIs Airflow accepts for both store kinds, and an extra without the source."""
+"""The staged-model Asset: URIs Airflow accepts for both store kinds, an extra without the source, and which
+model store an announced model lies in (a redeploy reaches only that store's clusters)."""
 
 from __future__ import annotations
 
-from raylift.assets import model_asset, model_asset_uri, staged_model_alias, staged_model_extra
+from pathlib import Path
+
+from raylift.assets import model_asset, model_asset_uri, staged_in, staged_model_alias, staged_model_extra
 from raylift.config import STAGED_MODEL_ALIAS
 from raylift.records import StagedModel
 
@@ -38,3 +41,21 @@ def test_extra_names_the_model_and_where_it_is_but_not_its_files() -> None:
 
 def test_alias_name_comes_from_config() -> None:
     assert staged_model_alias().name == STAGED_MODEL_ALIAS
+
+
+def test_a_model_lies_in_the_store_whose_folder_or_prefix_holds_it(tmp_path: Path) -> None:
+    store = tmp_path / "prod-store"
+    assert staged_in(str(store / "org--model" / "abc123"), str(store))
+    assert staged_in(f"file://{store}/org--model/abc123", f"{store}/")
+    assert not staged_in(str(tmp_path / "dev-store" / "org--model" / "abc123"), str(store))
+    assert not staged_in(str(tmp_path / "prod-store-2" / "org--model"), str(store))  # a sibling, not inside
+    assert staged_in("s3://models/prod/org--model/abc123", "s3://models/prod/")
+    assert not staged_in("s3://models/prod-eu/org--model/abc123", "s3://models/prod")
+    assert not staged_in(str(store / "org--model"), "s3://models/prod")
+
+
+def test_a_store_reached_through_a_symlink_is_the_same_store(tmp_path: Path) -> None:
+    real = tmp_path / "real-store"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert staged_in(str(real / "org--model" / "v1"), str(tmp_path / "link"))

@@ -6,6 +6,7 @@ versions) lives here, so the DAGs, operators, tests and the demo agree on one va
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,11 @@ def local_settings() -> LocalSettings:
 # its environment secrets backend); a Variable stored in the database is not read. Without it, this default.
 DEFAULT_REDEPLOY_CRON = "0 3 * * *"
 REDEPLOY_CRON_VARIABLE = "raylift_redeploy_cron"
+# The clusters a scheduled or asset-triggered redeploy considers, by raylift_cluster connection id (a task cannot
+# list connections): the default of raylift_redeploy's ``clusters`` Param, from the environment as the cron is
+# (AIRFLOW_VAR_RAYLIFT_REDEPLOY_CLUSTERS, a JSON list; null in it: the connection-less target of the target Params,
+# local by default). Unset: the connection-less target alone, as before connections.
+REDEPLOY_CLUSTERS_VARIABLE = "raylift_redeploy_clusters"
 # StageModelOperator adds an event for the staged model's Asset (uri = its model-store location) to
 # this alias; raylift_redeploy is scheduled on it.
 STAGED_MODEL_ALIAS = "raylift-staged-model"
@@ -223,3 +229,26 @@ def redeploy_cron() -> str:
     else ``DEFAULT_REDEPLOY_CRON``. Read at parse time, so never from the metadata store (see above)."""
     value = os.environ.get(f"AIRFLOW_VAR_{REDEPLOY_CRON_VARIABLE.upper()}", "").strip()
     return value or DEFAULT_REDEPLOY_CRON
+
+
+def redeploy_clusters() -> list[str | None]:
+    """The default clusters of a redeploy: ``AIRFLOW_VAR_RAYLIFT_REDEPLOY_CLUSTERS`` in the parsing process's
+    environment (a JSON list of raylift_cluster connection ids; ``null`` names the connection-less target), else
+    ``[None]`` (the connection-less target alone: local for ``make demo``). Read at parse time, never from the
+    metadata store (see above); duplicates are dropped, order kept."""
+    name = f"AIRFLOW_VAR_{REDEPLOY_CLUSTERS_VARIABLE.upper()}"
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return [None]
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    if not isinstance(value, list) or not all(v is None or (isinstance(v, str) and v.strip()) for v in value):
+        from raylift.errors import RayliftValueError
+
+        raise RayliftValueError(
+            f"{name}={raw!r} is not a JSON list of raylift_cluster connection ids: give e.g. "
+            f'{name}=\'["dev", "prod"]\' (null in the list: the connection-less target; unset: [null]).'
+        )
+    return list(dict.fromkeys(v.strip() if isinstance(v, str) else None for v in value))

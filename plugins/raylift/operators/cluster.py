@@ -34,14 +34,24 @@ class ScaleClusterOperator(TargetOperator):
 
 
 class TeardownOperator(TargetOperator):
-    """Scale to zero and stop what raylift started. Idempotent."""
+    """Scale to zero and stop what raylift started. Idempotent.
+
+    First pauses the cluster's scheduled and asset-triggered redeploys (a marker in its state store, with who and
+    when), so an unpaused raylift_redeploy does not scale it back up; the next raylift_deploy run on it that passes
+    removes the marker."""
 
     def execute(self, context: Any) -> None:
+        from raylift.operators.redeploy import pause_redeploys, paused_key
         from raylift.serve_writer import cluster_lock
 
         watch = Stopwatch()
-        with cluster_lock(self.target_impl):  # never in the middle of another step's Serve config write
-            self.target_impl.teardown()
+        target = self.target_impl
+        store = target.state_store()
+        pause_redeploys(store, target.cluster_key(), context)
+        self.log.info("redeploys of %s paused until its next deploy passes (%s)", target.cluster_key(),
+                      store.child_uri(paused_key(target.cluster_key())))
+        with cluster_lock(target):  # never in the middle of another step's Serve config write
+            target.teardown()
         self.log.info("target %s torn down in %s", self.target, watch)
 
 

@@ -10,7 +10,8 @@ from raylift.operators.base import TargetOperator
 
 
 class RunRecordOperator(TargetOperator):
-    """Runs even when an upstream task failed (trigger rule all_done), so failures leave a record too.
+    """Runs even when an upstream task failed (trigger rule all_done), so failures leave a record too. When every
+    step produced its result (the run passed), it also resumes the cluster's redeploys a teardown paused.
 
     :param parts: what goes into ``record.json``: the templated XCom pulls of the artifact, model, deploy,
         smoke and benchmark tasks (None where a task left nothing); the applied Serve config is added."""
@@ -24,6 +25,7 @@ class RunRecordOperator(TargetOperator):
 
     def execute(self, context: Any) -> str:
         from raylift.deploy_state import run_key
+        from raylift.operators.redeploy import resume_redeploys
         from raylift.run_record import build_record
         from raylift.store import open_store
 
@@ -40,11 +42,20 @@ class RunRecordOperator(TargetOperator):
             "cold start: trigger → RUNNING %s s, trigger → first token %s s",
             timings["trigger_to_running_s"], timings["trigger_to_first_token_s"],
         )
-        store = open_store(self.target_impl.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
+        target = self.target_impl
+        if target.cluster_identity:  # the store of release state, as TargetOperator.state_for opens it
+            store = target.state_store()
+        else:
+            store = open_store(target.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
         key = f"{run_key(context['run_id'])}/record.json"
         store.write_json(key, record)
         uri = store.child_uri(key)
         self.log.info("run record written to %s", uri)
+        if all(step == "done" for step in record["steps"].values()) and resume_redeploys(
+            target.state_store(), target.cluster_key()
+        ):
+            self.log.info("this deploy passed: redeploys of %s resume (a teardown had paused them)",
+                          target.cluster_key())
         return uri
 
 
