@@ -93,7 +93,7 @@ def _stage_and_check_the_redeploy(airflow: AirflowServer, deployed: dict[str, An
     assert airflow.run("raylift_redeploy", redeploy_id)["run_type"] == "asset_triggered"
 
     # The redeploy runs raylift_deploy with the last good Params and the announced model.
-    deploy_id = f"redeploy__{redeploy_id}"
+    deploy_id = f"redeploy__{redeploy_id}__local"
     airflow.wait_for(
         "the raylift_deploy run of the redeploy",
         lambda: airflow.api("GET", airflow.run_path("raylift_deploy", deploy_id)).status_code == 200,
