@@ -2,30 +2,31 @@
 
 A Serve config change is a read-merge-write of the whole cluster's config (the REST API's PUT replaces
 every app it is not given), so two writers in between one another silently revert each other. Every
-raylift path that writes (deploy, rollout settle, rollback, undeploy) takes the cluster's lock (a file
-lock under ``RAYLIFT_HOME/locks``, keyed by the target's Serve endpoint) around a final read, a
-compare with the config the step read and merged into (sha256 of the whole config), and the PUT. A
-change by anyone else since (another app's deploy, a hand ``serve deploy``) refuses the write, naming
-what changed; nothing is reverted silently.
+raylift path that writes (deploy, rollout settle, rollback, undeploy; teardown too) holds the cluster's
+writer lease (``raylift.lease``, kept in the cluster's state store under ``_raylift/<cluster key>/lease``,
+so it holds across Airflow workers on different hosts) around a final read, a compare with the config the
+step read and merged into (sha256 of the whole config), a fencing check (the lease is still this step's)
+and the PUT. A change by anyone else since (another app's deploy, a hand ``serve deploy``) refuses the
+write, naming what changed; nothing is reverted silently.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from raylift.errors import DeployError
+from raylift.lease import Lease, LeaseBusyError, LeaseLostError, LeaseManager, new_holder_id
 from raylift.serve_config import config_hash
 from raylift.targets.base import Target
 
 log = logging.getLogger(__name__)
 
-LOCK_WAIT_S = 300.0  # the lock is held for a read and a PUT (seconds); a longer wait means a stuck writer
+LOCK_WAIT_S = 300.0  # the lease is held for a read and a PUT (seconds); a longer wait means a stuck writer
+LEASE_TTL_S = 60.0  # a holder that dies blocks the cluster's writers this long at most (renewed every third)
+FENCE_MARGIN_S = 10.0  # the fencing check wants the lease valid this much longer: the PUT fits in it
 
 
 class ServeConfigConflictError(DeployError):
@@ -43,56 +44,70 @@ def describe_change(before: dict[str, Any], now: dict[str, Any]) -> str:
     return ", ".join(parts) or "the config differs"
 
 
-def lock_path_for(target: Target) -> Any:
-    from raylift.config import local_settings
-
-    try:
-        endpoint = target.endpoint_url()
-    except Exception:  # a cloud endpoint that cannot be looked up (cluster down): one lock per target kind
-        endpoint = ""
-    key = hashlib.sha256(f"{target.name}|{endpoint}".encode()).hexdigest()[:16]
-    return local_settings().home / "locks" / f"serve-config-{target.name}-{key}.lock"
+def cluster_lease(target: Target) -> LeaseManager:
+    """The cluster's writer lease, in its state store (one key per cluster, whatever host asks)."""
+    return LeaseManager(target.state_store(), f"_raylift/{target.cluster_key()}/lease")
 
 
 @contextmanager
-def cluster_lock(target: Target, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold the cluster's Serve-config lock (one raylift writer at a time), waiting up to ``wait_s``."""
-    path = lock_path_for(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ServeConfigConflictError(
-                        f"Another raylift step has held the Serve config lock of this cluster ({path}) for over "
-                        f"{wait_s:.0f}s; nothing was applied. Wait for it to finish, then run this again."
-                    ) from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def cluster_lock(target: Target, wait_s: float = LOCK_WAIT_S, *, lease: Lease | None = None) -> Iterator[Lease]:
+    """Hold the cluster's writer lease (one raylift writer at a time, across hosts), waiting up to ``wait_s``;
+    yields the Lease. With ``lease`` (the caller already holds it, e.g. over a whole release), checks that it
+    is still current and yields it: nothing is acquired, renewed or released here."""
+    with _held(target, wait_s, lease) as (_, held):
+        yield held
 
 
-def write_serve_config(target: Target, config: dict[str, Any], *, read: dict[str, Any]) -> None:
-    """PUT ``config``, which the caller built from ``read``, unless the cluster's config changed since."""
-    with cluster_lock(target):
+@contextmanager
+def _held(target: Target, wait_s: float, lease: Lease | None) -> Iterator[tuple[LeaseManager, Lease]]:
+    manager = cluster_lease(target)
+    if lease is not None:
+        _fence(manager, lease)
+        yield manager, lease
+        return
+    try:
+        held = manager.acquire(new_holder_id(), LEASE_TTL_S, wait_s)
+    except LeaseBusyError as exc:
+        raise ServeConfigConflictError(
+            f"Another raylift step has held the Serve config lock of this cluster for over {wait_s:.0f}s ({exc}); "
+            "nothing was applied. Wait for it to finish, then run this again."
+        ) from None
+    with manager.keep(held, LEASE_TTL_S):
+        yield manager, held
+
+
+def _fence(manager: LeaseManager, lease: Lease) -> None:
+    try:
+        manager.fence(lease, margin_s=FENCE_MARGIN_S)
+    except LeaseLostError as exc:
+        raise ServeConfigConflictError(
+            f"This step no longer holds the cluster's writer lease ({exc}); another writer may have taken "
+            "over, so nothing was applied. Run this step again."
+        ) from None
+
+
+def write_serve_config(
+    target: Target, config: dict[str, Any], *, read: dict[str, Any], lease: Lease | None = None
+) -> None:
+    """PUT ``config``, which the caller built from ``read``, unless the cluster's config changed since (or
+    the writer lease was lost). ``lease``: one the caller already holds (see ``cluster_lock``)."""
+    with _held(target, LOCK_WAIT_S, lease) as (manager, held):
         now = target.current_serve_config()
         if config_hash(now) != config_hash(read):
             raise ServeConfigConflictError(
                 f"The cluster's Serve config changed since this step read it ({describe_change(read, now)}); "
                 "nothing was applied, so that change is kept. Run this step again to build on it."
             )
+        _fence(manager, held)
         target.apply_serve_config(config)
 
 
-def update_serve_config(target: Target, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-    """Under the cluster's lock: read the config, apply ``change(current)``; returns what was applied."""
-    with cluster_lock(target):
+def update_serve_config(
+    target: Target, change: Callable[[dict[str, Any]], dict[str, Any]], *, lease: Lease | None = None
+) -> dict[str, Any]:
+    """Under the cluster's lease: read the config, apply ``change(current)``; returns what was applied."""
+    with _held(target, LOCK_WAIT_S, lease) as (manager, held):
         config = change(target.current_serve_config())
+        _fence(manager, held)
         target.apply_serve_config(config)
         return config

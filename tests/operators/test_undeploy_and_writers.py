@@ -6,16 +6,18 @@ import copy
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raylift.errors import DeployError, RayliftValueError
+from raylift.lease import Lease
 from raylift.serve_config import merge_app
 from raylift.serve_writer import (
     ServeConfigConflictError,
+    cluster_lease,
     cluster_lock,
     update_serve_config,
     write_serve_config,
@@ -169,6 +171,41 @@ def test_a_stuck_lock_holder_is_named_after_the_wait(two_apps: ServeStandin) -> 
         t.start()
         t.join(5)
     assert failed and "held the Serve config lock" in str(failed[0])
+
+
+def test_a_step_holding_the_lease_writes_inside_it_and_a_lost_lease_writes_nothing(
+    two_apps: ServeStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that holds the cluster's lease (a whole release span) passes it in: no wait on itself. The
+    fencing check runs right before the PUT: a lease taken over meanwhile (this step paused past its expiry)
+    or already released applies nothing."""
+    import raylift.serve_writer
+
+    monkeypatch.setattr(raylift.serve_writer, "LOCK_WAIT_S", 2.0)  # waiting on itself fails fast, not in 5 min
+    target = LocalTarget()
+    with cluster_lock(target, wait_s=2) as lease:
+        update_serve_config(target, lambda cur: merge_app(cur, named("a1", "/a1"), defaults=cur), lease=lease)
+        read = target.current_serve_config()
+        write_serve_config(target, merge_app(read, named("a2", "/a2"), defaults=read), read=read, lease=lease)
+        with cluster_lock(target, lease=lease) as inner:
+            assert inner == lease
+
+    def taken_over_meanwhile(mine: Lease) -> Callable[[dict], dict]:
+        def change(current: dict) -> dict:
+            leases = cluster_lease(target)
+            leases.release(mine)  # as if it had expired while this step was paused
+            leases.acquire("another-worker", ttl_s=60, wait_s=0)
+            return merge_app(current, named("a3", "/a3"), defaults=current)
+
+        return change
+
+    with cluster_lock(target, wait_s=2) as mine:
+        with pytest.raises(ServeConfigConflictError, match="no longer holds the cluster's writer lease.*another-worker"):
+            update_serve_config(target, taken_over_meanwhile(mine), lease=mine)
+    with pytest.raises(ServeConfigConflictError, match="no longer holds the cluster's writer lease"):
+        update_serve_config(target, lambda cur: merge_app(cur, named("a4", "/a4"), defaults=cur), lease=lease)
+    assert {a["name"] for a in two_apps.config["applications"]} == {"llm", "chat", "a1", "a2"}
+    assert len(two_apps.puts) == 2
 
 
 
