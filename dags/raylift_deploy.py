@@ -1,7 +1,9 @@
 """raylift_deploy: model source -> benchmarked OpenAI-compatible endpoint on Ray Serve + vLLM.
 
-build artifact -> stage model -> scale cluster -> wait ready -> deploy -> smoke test -> benchmark -> run record.
-All logic lives in the raylift package; the target Param picks local / ecs / eks.
+build artifact -> stage model -> acquire the cluster's lease -> scale cluster -> wait ready -> deploy -> smoke test
+-> benchmark -> run record (promote) or rollback -> release the lease.
+All logic lives in the raylift package; the cluster_conn_id Param (or target) picks the cluster. Runs of different
+clusters go side by side; runs of one cluster are serialised by its writer lease, not by max_active_runs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from raylift.operators.build import BuildArtifactOperator
 from raylift.operators.cluster import ScaleClusterOperator
 from raylift.operators.deploy import ServeDeployOperator
 from raylift.operators.guard import RollbackUnprovenOperator
+from raylift.operators.lease import AcquireClusterLeaseSensor, ReleaseClusterLeaseOperator
 from raylift.operators.record import FailRunIfAnyFailedOperator, RunRecordOperator
 from raylift.operators.smoke import SmokeTestOperator
 from raylift.operators.stage import StageModelOperator
@@ -26,6 +29,8 @@ TARGET = {
     "target_options": "{{ params.target_options }}",
     "cluster_conn_id": "{{ params.cluster_conn_id }}",
 }
+# the tasks between acquire_cluster_lease and release_cluster_lease: they renew the run's lease and write under it
+RELEASE = {**TARGET, "holds_release_lease": True}
 
 with DAG(
     dag_id="raylift_deploy",
@@ -33,7 +38,7 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=8,
     render_template_as_native_obj=True,
     params=deploy_params(),
     tags=["raylift"],
@@ -49,7 +54,8 @@ with DAG(
         ignore_patterns="{{ params.hub_ignore_patterns }}",
         **TARGET,
     )
-    scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}", **TARGET)
+    acquire = AcquireClusterLeaseSensor(task_id="acquire_cluster_lease", **TARGET)
+    scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}", **RELEASE)
     ready = RayClusterReadySensor(task_id="wait_cluster_ready", expectation=scale.output, **TARGET)
     deploy = ServeDeployOperator(
         task_id="deploy",
@@ -64,14 +70,14 @@ with DAG(
         autoscaling="{{ params.autoscaling }}",
         route_prefix="{{ params.route_prefix }}",
         surge_replicas="{{ params.surge_replicas }}",
-        **TARGET,
+        **RELEASE,
     )
     smoke = SmokeTestOperator(
         task_id="smoke_test",
         deployed=deploy.output,
         app_name="{{ params.app_name }}",
         served_name="{{ params.served_name }}",
-        **TARGET,
+        **RELEASE,
     )
     benchmark = BenchmarkOperator(
         task_id="benchmark",
@@ -90,7 +96,7 @@ with DAG(
         regression_confidence="{{ params.regression_confidence }}",
         regression_strict="{{ params.regression_strict }}",
         regression_baseline="{{ params.regression_baseline }}",
-        **TARGET,
+        **RELEASE,
     )
     record = RunRecordOperator(
         task_id="run_record",
@@ -101,12 +107,13 @@ with DAG(
             "smoke": smoke.output,
             "benchmark": benchmark.output,
         },
-        **TARGET,
+        **TARGET,  # writes the run's record, not the cluster: outside the lease (it also records a run that never got it)
     )
     # runs when deploy, smoke test or benchmark failed: restores the app if this run's config is still serving
-    rollback = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="{{ params.app_name }}", **TARGET)
-    chain(build, stage, scale, ready, deploy, smoke, benchmark, record)
+    rollback = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="{{ params.app_name }}", **RELEASE)
+    release = ReleaseClusterLeaseOperator(task_id="release_cluster_lease", **TARGET)
+    chain(build, stage, acquire, scale, ready, deploy, smoke, benchmark, record)
     [deploy, smoke, benchmark] >> rollback
-    [build, stage, scale, ready, deploy, smoke, benchmark, record, rollback] >> FailRunIfAnyFailedOperator(
-        task_id="fail_run_if_any_failed"
-    )
+    [record, rollback] >> release  # all_done: whatever happened
+    every_step = [build, stage, acquire, scale, ready, deploy, smoke, benchmark, record, rollback, release]
+    every_step >> FailRunIfAnyFailedOperator(task_id="fail_run_if_any_failed")

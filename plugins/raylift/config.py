@@ -162,6 +162,13 @@ RAY_JOB_TIMEOUT_S = 300.0
 # the default of the surge_replicas Param. 0: stop-before-start. Env RAYLIFT_ROLLOUT_SURGE overrides.
 ROLLOUT_SURGE_REPLICAS = int(os.environ.get("RAYLIFT_ROLLOUT_SURGE", "1"))
 POLL_INTERVAL_S = 3.0
+# A release (scale -> deploy -> smoke test -> benchmark -> promote or rollback) holds its cluster's writer lease
+# (raylift.operators.lease). Every task of it renews the lease while it runs; between tasks (a queue, the
+# deploy's deferred wait) nobody does, so the TTL covers the longest gap. A holder that dies blocks the cluster's
+# other writers this long at most. Env RAYLIFT_RELEASE_LEASE_TTL_S overrides (tests use seconds).
+RELEASE_LEASE_TTL_S = float(os.environ.get("RAYLIFT_RELEASE_LEASE_TTL_S", "1800"))
+# How long a release waits for another release of the same cluster to end (rescheduled: no worker slot held).
+RELEASE_LEASE_WAIT_S = float(os.environ.get("RAYLIFT_RELEASE_LEASE_WAIT_S", str(4 * 3600)))
 # Scale-down: how long a worker being removed may take to hand its Serve replicas to the other nodes (Ray's node
 # drain; Serve starts each replacement before stopping the replica) before raylift gives up and stops nothing.
 # A replacement replica loads its engine, 40-100 s here, up to ~460 s on a box busy with other jobs.

@@ -61,6 +61,7 @@ def cluster_lock(target: Target, wait_s: float = LOCK_WAIT_S, *, lease: Lease | 
 @contextmanager
 def _held(target: Target, wait_s: float, lease: Lease | None) -> Iterator[tuple[LeaseManager, Lease]]:
     manager = cluster_lease(target)
+    lease = lease or target.held_lease  # a release's lease, held over its tasks (raylift.operators.lease)
     if lease is not None:
         _fence(manager, lease)
         yield manager, lease

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from functools import cached_property
@@ -10,6 +11,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from raylift.targets.base import Target
+
+
+def release_holder(context: Any) -> str:
+    """Who holds a release's writer lease: the DAG run (every task of it, on any worker, and their retries)."""
+    dag_run = context.get("dag_run")
+    dag_id = getattr(dag_run, "dag_id", None) or "raylift_deploy"
+    return f"{dag_id}/{context['run_id']}"
 
 
 class TargetOperator(BaseOperator):
@@ -23,16 +31,72 @@ class TargetOperator(BaseOperator):
         an option the target does not know is refused with the list it takes.
     :param cluster_conn_id: a ``raylift_cluster`` Airflow connection naming the cluster (its kind, where it is,
         its token, its state store); None: ``target`` and ``target_options`` alone (``local`` by default).
+    :param holds_release_lease: this task is part of a release that holds the cluster's writer lease
+        (``raylift.operators.lease``): it renews the lease as the run's holder before it starts and while it
+        runs, and its Serve-config writes are fenced by it; a lease lost to another writer fails the task first.
     """
 
     template_fields: Sequence[str] = ("target", "target_options", "cluster_conn_id")
 
     def __init__(self, *, target: str = "local", target_options: dict[str, Any] | None = None,
-                 cluster_conn_id: str | None = None, **kwargs: Any):
+                 cluster_conn_id: str | None = None, holds_release_lease: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         self.target = target
         self.target_options = target_options or {}
         self.cluster_conn_id = cluster_conn_id
+        self.holds_release_lease = holds_release_lease
+        self._renewing: threading.Event | None = None
+
+    def pre_execute(self, context: Any) -> None:
+        super().pre_execute(context)
+        if self.holds_release_lease:
+            self.renew_release_lease(context)
+
+    def post_execute(self, context: Any, result: Any = None) -> None:
+        if self._renewing is not None:
+            self._renewing.set()
+        super().post_execute(context, result)
+
+    def renew_release_lease(self, context: Any) -> None:
+        """Renew this run's writer lease (taken by ``acquire_cluster_lease``) and keep renewing it while this task
+        runs; the target's writes are fenced by it. LeaseLostError, before anything is done, if it is not ours."""
+        from raylift.config import RELEASE_LEASE_TTL_S
+        from raylift.lease import Lease, LeaseLostError
+        from raylift.serve_writer import cluster_lease
+
+        target = self.target_impl
+        manager = cluster_lease(target)
+        holder = release_holder(context)
+        ti = context.get("ti")
+        if ti is not None and ti.xcom_pull(task_ids="acquire_cluster_lease") is None:
+            self.log.info("this run never took the cluster's writer lease (acquire_cluster_lease did not finish)")
+            return  # nothing of this release was written; a write would take a lease of its own
+        current = manager.current()
+        if current is None or current.holder != holder:
+            raise LeaseLostError(
+                f"Run {context['run_id']} no longer holds the writer lease of cluster {target.cluster_key()} "
+                f"({'held by ' + current.holder if current else 'it expired'}; its TTL is {RELEASE_LEASE_TTL_S:.0f}s, "
+                "RAYLIFT_RELEASE_LEASE_TTL_S): another writer may have changed the cluster since this release "
+                "began, so this task writes nothing. Run raylift_deploy again."
+            )
+        lease = manager.renew(Lease(current.token, holder, current.expires_at), RELEASE_LEASE_TTL_S)
+        target.held_lease = lease
+        stop = threading.Event()
+        self._renewing = stop
+
+        def renew_until_stopped() -> None:  # a daemon: it ends with the task's process (or a deferral)
+            held = lease
+            while not stop.wait(RELEASE_LEASE_TTL_S / 3):
+                try:
+                    held = manager.renew(held, RELEASE_LEASE_TTL_S)
+                    target.held_lease = held
+                except LeaseLostError as exc:
+                    self.log.warning("%s", exc)
+                    return
+                except Exception as exc:  # a store hiccup: the next tick tries again, before the expiry
+                    self.log.warning("renewing the writer lease failed (%s); retrying", exc)
+
+        threading.Thread(target=renew_until_stopped, name="release-lease-renew", daemon=True).start()
 
     @cached_property
     def target_impl(self) -> Target:

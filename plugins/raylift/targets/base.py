@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
     from raylift.hooks.raylift_cluster import ClusterConnection
+    from raylift.lease import Lease
     from raylift.store import ObjectStore
     from raylift.triggers.polling import PollingTrigger
 
@@ -143,6 +144,9 @@ class Target(ABC):
     #: names the cluster (the zero-configuration ``local``, or options given as Params)
     cluster_identity: str | None = None
     cluster_conn_id: str | None = None
+    #: the writer lease a release holds over several tasks (``raylift.operators.lease``); the Serve-config writes
+    #: of this target are fenced by it instead of taking a lease of their own
+    held_lease: Lease | None = None
 
     def attach_cluster(self, cluster: ClusterConnection) -> None:
         """This target drives the cluster ``cluster`` names: its identity keys state; its token is its own."""

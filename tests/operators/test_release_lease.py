@@ -1,0 +1,105 @@
+"""A release holds its cluster's writer lease from acquire_cluster_lease to release_cluster_lease: another run of
+the same cluster waits, a run of another cluster does not, a task of a run that lost its lease writes nothing, and
+the Serve writes inside the span are fenced by the run's lease. Stores are real folders (one per cluster, as the
+connections say); the lease is the one every worker reads (raylift.lease)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from raylift.lease import LeaseLostError
+from raylift.operators.lease import AcquireClusterLeaseSensor, ReleaseClusterLeaseOperator
+
+APP = {"name": "llm", "import_path": "x:app", "route_prefix": "/"}
+
+
+class TI:
+    def __init__(self, acquired: Any) -> None:
+        self.acquired = acquired
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
+        assert task_ids == "acquire_cluster_lease"
+        return self.acquired
+
+
+def context(run_id: str, acquired: Any = None) -> dict[str, Any]:
+    return {"run_id": run_id, "dag_run": SimpleNamespace(dag_id="raylift_deploy"), "ti": TI(acquired)}
+
+
+@pytest.fixture
+def clusters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    stores = {}
+    for n, name in enumerate(("dev", "prod")):
+        stores[name] = tmp_path / name
+        monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps({"conn_type": "raylift_cluster", "extra": {
+            "kind": "ray", "dashboard_url": f"http://127.0.0.1:{18265 + n}",
+            "serve_url": f"http://127.0.0.1:{18000 + n}", "model_store": str(stores[name]),
+        }}))
+    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    return stores
+
+
+def acquire(conn: str, run_id: str) -> Any:
+    sensor = AcquireClusterLeaseSensor(task_id="acquire_cluster_lease", cluster_conn_id=conn)
+    return sensor.poke(context(run_id))
+
+
+def test_one_release_per_cluster_and_the_next_waits(clusters: dict[str, Path]) -> None:
+    a = acquire("dev", "run-a")
+    assert a and a.xcom_value["holder"] == "raylift_deploy/run-a"
+    assert acquire("dev", "run-b") is False  # same cluster: waits (the sensor pokes again)
+    assert acquire("prod", "run-c")  # another cluster: not held up
+    assert acquire("dev", "run-a")  # a retry of the holder's own task keeps it
+    ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
+    b = acquire("dev", "run-b")
+    assert b and b.xcom_value["token"] > a.xcom_value["token"]
+    # releasing for a run that does not hold it leaves the holder's lease alone
+    ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
+    assert acquire("dev", "run-x") is False
+
+
+def test_a_task_of_a_run_that_lost_its_lease_writes_nothing(clusters: dict[str, Path]) -> None:
+    from raylift.operators.guard import RollbackUnprovenOperator
+
+    held = acquire("dev", "run-a").xcom_value
+    ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
+    acquire("dev", "run-b")  # someone else took it in between
+    guard = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="llm", cluster_conn_id="dev",
+                                     holds_release_lease=True)
+    with pytest.raises(LeaseLostError, match="no longer holds the writer lease .*held by raylift_deploy/run-b"):
+        guard.pre_execute(context("run-a", held))
+
+
+def test_writes_inside_the_span_are_fenced_by_the_runs_lease(clusters: dict[str, Path]) -> None:
+    """The deploy's Serve write takes no lease of its own inside a release (that would wait on the run's own
+    lease) and refuses to write once the run's lease is gone."""
+    from raylift.operators.deploy import ServeDeployOperator
+    from raylift.serve_writer import ServeConfigConflictError, cluster_lock
+
+    held = acquire("dev", "run-a").xcom_value
+    op = ServeDeployOperator(task_id="deploy", artifact={}, model={}, served_name="m", cluster_conn_id="dev",
+                             holds_release_lease=True)
+    op.pre_execute(context("run-a", held))
+    target = op.target_impl
+    assert target.held_lease is not None and target.held_lease.holder == "raylift_deploy/run-a"
+    with cluster_lock(target, wait_s=1):  # re-entrant: the run's own lease, not a wait on it
+        pass
+    ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
+    acquire("dev", "run-b")
+    with pytest.raises(ServeConfigConflictError), cluster_lock(target, wait_s=1):
+        pass
+    op.post_execute(context("run-a", held))
+
+
+def test_a_run_that_never_took_the_lease_is_told_so_not_failed(clusters: dict[str, Path]) -> None:
+    from raylift.operators.guard import RollbackUnprovenOperator
+
+    guard = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="llm", cluster_conn_id="dev",
+                                     holds_release_lease=True)
+    guard.pre_execute(context("run-a", None))  # acquire_cluster_lease timed out: nothing of this run was written
+    assert guard.target_impl.held_lease is None
