@@ -200,3 +200,21 @@ def test_status_failure_message_falls_back_to_the_deployment_message() -> None:
     )
     assert got.failed_apps() == {"llm": "LLMServer: OOM"}
     assert rayservice_status(None) == RayServiceStatus(ready=False, message="RayService not found")
+
+
+def test_a_change_since_raylifts_read_is_a_conflict_never_an_overwrite(kube_api: KubeApiStandIn) -> None:
+    """The write carries the resourceVersion raylift read: another writer's apply in between makes it a 409."""
+    from raylift.hooks.kuberay import RayServiceConflictError
+
+    hook = KubeRayHook()
+    hook.apply_rayservice(manifest(model="model-a"))
+    read = hook.get_rayservice("llm", "raylift")
+    hook.apply_rayservice(manifest(model="by-hand"))  # someone else, after raylift's read
+    with pytest.raises(RayServiceConflictError, match="changed since raylift read it") as err:
+        hook.apply_rayservice(manifest(model="model-b"), resource_version=read["metadata"]["resourceVersion"])
+    assert err.value.status == 409
+    assert "by-hand" in kube_api.stored("raylift", "llm")["spec"]["serveConfigV2"]
+    # read again, write again: it goes through
+    fresh = hook.get_rayservice("llm", "raylift")["metadata"]["resourceVersion"]
+    hook.apply_rayservice(manifest(model="model-b"), resource_version=fresh)
+    assert "model-b" in kube_api.stored("raylift", "llm")["spec"]["serveConfigV2"]

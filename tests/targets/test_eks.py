@@ -195,3 +195,37 @@ def test_a_node_group_of_several_instance_types_is_priced_as_its_first(
         logging.getLogger("raylift.targets.eks").removeHandler(caplog.handler)
     assert billed == {"g6.xlarge": 3}
     assert "lists instance types ['g6.xlarge', 'g5.xlarge']: its 3 node(s) are priced as g6.xlarge" in caplog.text
+
+
+def test_a_spec_changed_between_read_and_write_is_kept_and_a_status_write_is_not_a_conflict(
+    infra: None, kube_api: KubeApiStandIn, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """Another writer's apply right after raylift read the RayService: a conflict, their spec stays. KubeRay
+    writing the status in between (a newer resourceVersion, the same spec) is not one: the apply goes through."""
+    from raylift.hooks.kuberay import KubeRayHook, RayServiceConflictError
+
+    nodegroup(max_size=4)
+    t = target(upgrade_strategy="None")
+    t.scale(workers=1)
+    t.apply_serve_config(serve_config(model="first"))
+    real_get = KubeRayHook.get_rayservice
+    between: list[str] = []
+
+    def get_then_someone_writes(self: KubeRayHook, name: str, namespace: str) -> dict | None:
+        obj = real_get(self, name, namespace)
+        if between:
+            what = between.pop()
+            if what == "status":
+                kube_api.write_status(namespace, name, {"serviceStatus": "Running", "observedGeneration": 9})
+            else:
+                KubeRayHook().apply_rayservice(t.render(serve_config(model="by-hand"), 1))
+        return obj
+
+    monkeypatch.setattr(KubeRayHook, "get_rayservice", get_then_someone_writes)
+    between.append("status")
+    t.apply_serve_config(serve_config(model="second"))
+    assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "second"
+    between.append("spec")
+    with pytest.raises(RayServiceConflictError, match="changed since raylift read it"):
+        t.apply_serve_config(serve_config(model="third"))
+    assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "by-hand"

@@ -46,14 +46,21 @@ class KubeRayHook(KubernetesHook):
             kubernetes_conn_id=kubernetes_conn_id, in_cluster=in_cluster, config_dict=config_dict
         )
 
-    def apply_rayservice(self, manifest: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply_rayservice(
+        self, manifest: dict[str, Any], *, dry_run: bool = False, resource_version: str | None = None
+    ) -> dict[str, Any]:
         """Server-side apply (``fieldManager=raylift``, ``force``): create or update; returns the object.
 
         The API server validates against the installed KubeRay CRD with ``fieldValidation=Strict``, so a
         misspelt field is refused rather than silently dropped. ``dry_run``: validate only, change nothing
-        (the deploy checks a manifest this way before it records or replaces anything).
+        (the deploy checks a manifest this way before it records or replaces anything). ``resource_version``:
+        the object as raylift read it; the API server refuses the apply (409, RayServiceConflictError) when
+        anyone changed it since, so a concurrent change is a conflict, never overwritten (``force`` only takes
+        over field ownership).
         """
         meta = manifest.get("metadata") or {}
+        if resource_version is not None:
+            manifest = {**manifest, "metadata": {**meta, "resourceVersion": resource_version}}
         if manifest.get("kind") != KIND or not meta.get("name") or not meta.get("namespace"):
             raise RayliftValueError(
                 "apply_rayservice needs a RayService manifest with metadata.name and metadata.namespace."
@@ -78,6 +85,13 @@ class KubeRayHook(KubernetesHook):
                 **extra,
             )
         except _api_exception() as err:
+            if err.status == 409 and resource_version is not None:
+                raise RayServiceConflictError(
+                    f"RayService {meta['namespace']}/{meta['name']} changed since raylift read it (resourceVersion "
+                    f"{resource_version}): {_api_message(err)}. Nothing was applied, so that change is kept; run "
+                    "this step again to build on it.",
+                    status=409,
+                ) from None
             if err.status in (400, 422):  # the manifest, not the cluster: name the field the server named
                 raise ManifestValidationError(
                     f"The Kubernetes API refused RayService {meta['namespace']}/{meta['name']}: "
@@ -131,6 +145,10 @@ def _api_message(err: Any) -> str:
     except (TypeError, ValueError):
         pass
     return str(reason)
+
+
+class RayServiceConflictError(KubernetesApiError):
+    """The RayService changed between raylift's read and its write (the API server's 409 on resourceVersion)."""
 
 
 def _api_error(verb: str, namespace: str, name: str, err: Any) -> KubernetesApiError:

@@ -306,7 +306,25 @@ class EksTarget(AwsTarget):
         self.ensure_headroom(workers, upgrading=previous is not None)
         if previous is not None:
             self.state_store().write_json(self._state_key("previous.json"), previous)
-        hook.apply_rayservice(manifest)
+        self._apply_unless_changed(hook, manifest, previous)
+
+    def _apply_unless_changed(self, hook: Any, manifest: dict[str, Any], previous: dict[str, Any] | None) -> None:
+        """Apply with the resourceVersion of ``previous``: a spec changed since is a conflict (409, raised), never
+        overwritten. KubeRay's own status writes change the resourceVersion too, so a 409 whose object has the
+        same spec as ``previous`` is retried with the new version."""
+        from raylift.hooks.kuberay import RayServiceConflictError
+
+        for _ in range(5):
+            version = ((previous or {}).get("metadata") or {}).get("resourceVersion")
+            try:
+                hook.apply_rayservice(manifest, resource_version=version)
+                return
+            except RayServiceConflictError:
+                now = hook.get_rayservice(self.rayservice_name, self.namespace)
+                if previous is None or now is None or now.get("spec") != previous.get("spec"):
+                    raise
+                previous = now  # only the status moved: same spec, newer version
+        hook.apply_rayservice(manifest, resource_version=((previous or {}).get("metadata") or {}).get("resourceVersion"))
 
     def rollback(self) -> None:
         """Re-apply the RayService spec that the last apply replaced."""
