@@ -4,6 +4,7 @@
 #   runtime  - Ray Serve + vLLM (CPU) + torch, what the Ray cluster runs
 #   tools    - (only with 'tools') checkov, whose pins clash with Airflow's
 #   browser  - Debian's chromium + chromium-driver (apt-get, root only) for the UI trigger test
+#   services - Debian's redis-server and postgresql (apt-get, root only) for the multi-worker Airflow tests
 #   llamacpp - (only when asked: tests, a local deploy of the llama.cpp app) llama-cpp-python in runtime
 # Idempotent: each venv carries a stamp of its lock file's hash and is rebuilt only when it changes.
 set -euo pipefail
@@ -105,12 +106,40 @@ install_browser() {  # Debian packages, not pip: the UI test drives the system c
   apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
 }
 
+# The multi-worker Airflow of tests/multiworker runs production's pieces: Postgres as the metadata DB and
+# Redis as the Celery broker, Debian's own binaries, started by the test fixture (never as services).
+postgres_bin_dir() {  # where initdb lives: on PATH, else Debian's versioned folder (newest)
+  if command -v initdb >/dev/null; then dirname "$(command -v initdb)"; return; fi
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
+}
+
+install_services() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  postgres_bin_dir >/dev/null || missing+=(postgresql)
+  if [ "${#missing[@]}" -eq 0 ]; then say "services: redis-server + postgres present"; return; fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    say "services: ${missing[*]} missing and apt-get as root is not possible here;" \
+      "the multi-worker Airflow tests will fail (install: apt-get install ${missing[*]})"
+    return
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  say "services: apt-get update"; apt-get update -qq
+  say "services: apt-get install ${missing[*]}"
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = control ]; then
   build_venv control "$CONTROL_VENV" "$(stamp_of requirements/control.lock pyproject.toml)" install_control
 fi
 if [ "$what" = all ] || [ "$what" = browser ]; then
   install_browser
+fi
+if [ "$what" = all ] || [ "$what" = services ]; then
+  install_services
 fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools

@@ -32,8 +32,10 @@ fi
 # stacks, one after another: they share 2 cores and must not start engines together) and everything
 # else, which needs no cluster and mostly waits on other processes (moto, the runtime env). Together
 # they take about as long as the heavy part alone. The heavy part's log follows once the light part ends.
+# The multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers) runs in the heavy part
+# too, last: it is a dozen processes, and a deploy through its workers starts an engine.
 mkdir -p var/test-tmp
-HEAVY=(tests/integration tests/entrypoints)
+HEAVY=(tests/integration tests/entrypoints tests/multiworker)
 "${PYTEST[@]}" "${HEAVY[@]}" --basetemp=var/test-tmp/heavy >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
 # Static checks run beside the heavy part (which sets the suite's length), before the unit tests.
@@ -43,13 +45,13 @@ static_rc=0
 PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
 "$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
 say "static checks: rc $static_rc"
-"${PYTEST[@]}" tests --ignore=tests/integration --ignore=tests/entrypoints --basetemp=var/test-tmp/light
+"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --basetemp=var/test-tmp/light
 light_rc=$?
-say "light part done (rc $light_rc); the integration + entry-point part so far, then as it goes:"
+say "light part done (rc $light_rc); the heavy part (integration, entry points, multi-worker) so far, then as it goes:"
 tail -n +1 -f --pid="$heavy_pid" var/test-tmp/heavy.log
 wait "$heavy_pid"
 heavy_rc=$?
 verdict "$light_rc" "the unit tests"; light_rc=$?
-verdict "$heavy_rc" "the integration + entry-point tests"; heavy_rc=$?
-say "static checks: rc $static_rc; unit tests: rc $light_rc; integration + entry points: rc $heavy_rc"
+verdict "$heavy_rc" "the integration, entry-point + multi-worker tests"; heavy_rc=$?
+say "static checks: rc $static_rc; unit tests: rc $light_rc; integration, entry points + multi-worker: rc $heavy_rc"
 [ "$static_rc" -eq 0 ] && [ "$light_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ]
