@@ -29,7 +29,7 @@ def node(gpus: float, alive: bool = True) -> dict[str, Any]:
 
 
 class Dashboard:
-    """The two Ray dashboard endpoints the target reads, with what a real head returns."""
+    """The Ray dashboard endpoints the target reads, with what a real head returns."""
 
     def __init__(self) -> None:
         self.nodes: list[dict[str, Any]] = []
@@ -47,6 +47,8 @@ def dashboard() -> Iterator[tuple[Dashboard, int]]:
                 self._json({"data": {"result": {"result": state.nodes}}})
             elif self.path.startswith("/api/serve/applications/"):
                 self._json(state.applications)
+            elif self.path == "/api/version":
+                self._json({"version": "4", "ray_version": "2.60.0"})
             else:
                 self.send_error(404)
 

@@ -8,7 +8,6 @@ head, with the serve-app zip in S3 as ``runtime_env.working_dir`` and the image 
 from __future__ import annotations
 
 import logging
-import time
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Self
 
@@ -17,6 +16,7 @@ from pydantic import Field, model_validator
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.serve_control import DashboardServeControl
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class EcsOptions(AwsOptions):
         return self
 
 
-class EcsTarget(AwsTarget):
+class EcsTarget(DashboardServeControl, AwsTarget):
     """Options (all JSON, validated by ``EcsOptions``): ``cluster``, ``head_service``, ``worker_service``,
     ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
     ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
@@ -166,9 +166,6 @@ class EcsTarget(AwsTarget):
             region_name=self.aws.region_name,
         )
 
-    def cluster_state(self) -> ClusterState:
-        return self._dashboard().cluster_state()
-
     def check_ready(self, want: ClusterExpectation) -> ClusterState:
         """What Ray reports, or ClusterNotReadyError naming what is missing and how many tasks ECS runs."""
         state = self.cluster_state()
@@ -196,32 +193,12 @@ class EcsTarget(AwsTarget):
         return found.instance_types
 
     # -- serve -------------------------------------------------------------------------------------
-    def current_serve_config(self) -> dict[str, Any]:
-        dashboard = self._dashboard()
-        return dashboard.deployed_config(dashboard.serve_applications())
+    # -- Serve control (raylift.targets.serve_control): the head Cloud Map finds, the connection's token
+    def serve_dashboard(self) -> Any:
+        return self._dashboard()
 
-    def apply_serve_config(self, config: dict[str, Any]) -> None:
-        # Taken before the PUT: Serve stamps the deploy when it receives it, and the trigger only
-        # counts deploys at or after this (a busy worker may create the trigger seconds later).
-        self._submitted_at = time.time()
-        self._dashboard().put_serve_config(config)
-
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> Any:
-        from raylift.triggers.serve import ServeApplicationsTrigger
-
-        return ServeApplicationsTrigger(
-            dashboard_url=self.dashboard_url(),
-            app_names=app_names,
-            submitted_at=self._submitted_at or time.time(),
-            timeout_s=timeout_s,
-            cluster_conn_id=self.cluster_conn_id,
-        )
-
-    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
-        from raylift.triggers.serve import ServeApplicationGoneTrigger
-
-        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url(), app_names=[app_name],
-                                           timeout_s=timeout_s, cluster_conn_id=self.cluster_conn_id)
+    def serve_dashboard_url(self) -> str:
+        return self.dashboard_url()
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """Serve's proxy on the head: reachable from the VPC (``serve_host``) on ``serve_port``."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -14,12 +13,12 @@ from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, r
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.cluster import LocalRayCluster
-from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
+from raylift.records import Artifact, ClusterExpectation, StagedModel
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
 from raylift.targets.base import Target
 from raylift.targets.options import TargetOptions
-from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplicationsTrigger
+from raylift.targets.serve_control import DashboardServeControl
 
 
 class LocalOptions(TargetOptions):
@@ -33,7 +32,7 @@ class LocalOptions(TargetOptions):
     aws_conn_id: str | None = "aws_default"  # for s3:// sources and stores
 
 
-class LocalTarget(Target):
+class LocalTarget(DashboardServeControl, Target):
     """``local``: Ray head + N workers as processes bound to 127.0.0.1; packages and models on disk."""
 
     name = "local"
@@ -82,39 +81,22 @@ class LocalTarget(Target):
         cpus = self.settings.head_num_cpus + workers * self.settings.worker_num_cpus
         return ClusterExpectation(nodes=1 + workers, resources={"CPU": float(cpus)})
 
-    def cluster_state(self) -> ClusterState:
-        return self.dashboard.cluster_state()
-
     def billed_nodes(self) -> dict[str, int]:
         """Every alive Ray node here is this machine ('local' in the price table: 0 unless declared)."""
         return {"local": self.cluster_state().nodes}
 
-    def current_serve_config(self) -> dict[str, Any]:
-        if not self.dashboard.is_up():
-            raise ClusterError(
-                f"No Ray cluster answers on {self.settings.dashboard_url}: run the scale step (or `make demo`) first."
-            )
-        return self.dashboard.deployed_config(self.dashboard.serve_applications())
+    # -- Serve control (raylift.targets.serve_control): this machine's dashboard, its token where Ray's CLI reads it
+    def serve_dashboard(self) -> RayDashboardHook:
+        return self.dashboard
 
-    def apply_serve_config(self, config: dict[str, Any]) -> None:
-        # Taken before the PUT, as on ECS: Serve stamps the deploy when it receives it, and the trigger
-        # only counts deploys at or after this. Taken after, a PUT answered more than a second late (a
-        # busy box) made a DEPLOY_FAILED app look stale and the deploy wait ran to its timeout.
-        self._submitted_at = time.time()
-        self.dashboard.put_serve_config(config)
+    def serve_dashboard_url(self) -> str:
+        return self.settings.dashboard_url
 
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
-        return ServeApplicationsTrigger(
-            dashboard_url=self.settings.dashboard_url,
-            app_names=app_names,
-            submitted_at=self._submitted_at or time.time(),
-            timeout_s=timeout_s,
-            local_token=True,
-        )
+    def dashboard_down_hint(self) -> str:
+        return ": run the scale step (or `make demo`) first."
 
-    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
-        return ServeApplicationGoneTrigger(dashboard_url=self.settings.dashboard_url, app_names=[app_name],
-                                           timeout_s=timeout_s, local_token=True)
+    def dashboard_trigger_auth(self) -> dict[str, Any]:
+        return {"local_token": True}
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """The proxy on 127.0.0.1 at the configured port, and only on the head: every node here shares

@@ -16,7 +16,6 @@ import ipaddress
 import json
 import logging
 import shlex
-import time
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -27,7 +26,6 @@ from raylift.errors import ClusterError, CredentialsError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.records import ClusterExpectation
 from raylift.targets.local import LocalOptions, LocalTarget
-from raylift.triggers.serve import ServeApplicationGoneTrigger, ServeApplicationsTrigger
 
 log = logging.getLogger(__name__)
 
@@ -125,26 +123,16 @@ class RayClusterTarget(LocalTarget):
         """Unknown: raylift cannot tell what a cluster it did not start runs on (the benchmark reports no cost)."""
         return {}
 
-    def current_serve_config(self) -> dict[str, Any]:
-        if not self.dashboard.is_up():
-            raise ClusterError(
-                f"No Ray dashboard answers on {self.dashboard_url} (target_options.dashboard_url): start that "
-                "cluster (raylift does not start clusters for the ray target) or fix the URL."
-            )
-        return self.dashboard.deployed_config(self.dashboard.serve_applications())
+    # -- Serve control (raylift.targets.serve_control): the dashboard the user named, its connection's token
+    def serve_dashboard_url(self) -> str:
+        return self.dashboard_url
 
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
-        return ServeApplicationsTrigger(
-            dashboard_url=self.dashboard_url,
-            app_names=app_names,
-            submitted_at=self._submitted_at or time.time(),
-            timeout_s=timeout_s,
-            cluster_conn_id=self.cluster_conn_id,
-        )
+    def dashboard_down_hint(self) -> str:
+        return (" (target_options.dashboard_url): start that cluster (raylift does not start clusters for the ray "
+                "target) or fix the URL.")
 
-    def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> Any:
-        return ServeApplicationGoneTrigger(dashboard_url=self.dashboard_url, app_names=[app_name], timeout_s=timeout_s,
-                                           cluster_conn_id=self.cluster_conn_id)
+    def dashboard_trigger_auth(self) -> dict[str, Any]:
+        return {"cluster_conn_id": self.cluster_conn_id}
 
     def serve_cluster_options(self) -> dict[str, Any]:
         """Serve listens where ``serve_url`` says, when this config is the cluster's first (a running Serve keeps
