@@ -1,0 +1,127 @@
+"""Two Ray clusters on 127.0.0.1, each a head started from the runtime venv on ports of its own: ``dev`` and
+``prod``, as two raylift_cluster connections name them. Started and stopped by the tests (their own process
+groups only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.fixtures.local_stack import ROOT
+
+RAY = ROOT / ".cache/venvs/runtime/bin/ray"
+BASES = {"dev": 36000, "prod": 37000}  # each cluster's ports: base + offsets below (nothing else uses 36xxx/37xxx)
+
+
+@dataclass
+class RayHead:
+    name: str
+    base: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.base + 265}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://127.0.0.1:{self.base + 800}"
+
+    def serve_apps(self) -> dict:
+        return httpx.get(f"{self.dashboard_url}/api/serve/applications/", timeout=20).json()
+
+    def connection(self, store: Path) -> str:
+        """The cluster as an Airflow connection (``AIRFLOW_CONN_<NAME>``, Airflow's JSON form)."""
+        return json.dumps({"conn_type": "raylift_cluster", "extra": {
+            "kind": "ray", "dashboard_url": self.dashboard_url, "serve_url": self.serve_url,
+            "model_store": str(store), "redeploy": True,
+        }})
+
+
+def _start(name: str, base: int, home: Path) -> RayHead:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env |= {"RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{RAY.parent}:{env.get('PATH', '')}"}
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "head.log"
+    ports = [f"--port={base + 379}", f"--dashboard-port={base + 265}", f"--ray-client-server-port={base + 1}",
+             f"--node-manager-port={base + 370}", f"--object-manager-port={base + 371}",
+             f"--dashboard-agent-listen-port={base + 366}", f"--dashboard-agent-grpc-port={base + 367}",
+             f"--runtime-env-agent-port={base + 368}", f"--metrics-export-port={base + 369}",
+             f"--min-worker-port={base + 400}", f"--max-worker-port={base + 499}"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(RAY), "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+             "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=2",
+             f"--temp-dir=/tmp/raylift-mw-{name}-{os.getpid()}", *ports],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=home, start_new_session=True,
+        )
+    return RayHead(name, base, proc, log)
+
+
+def _wait_up(head: RayHead, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{head.dashboard_url}/api/version", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if head.proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"ray head {head.name} did not come up: {head.log.read_text()[-2000:]}")
+        time.sleep(1)
+
+
+def _start_serve(head: RayHead, timeout_s: float = 300) -> None:
+    """Start Serve on the cluster with its HTTP options, as whoever runs a cluster raylift did not start has done
+    (its first start is the slowest step of a cold cluster: a controller and a proxy)."""
+    config = {"http_options": {"host": "127.0.0.1", "port": head.base + 800}, "applications": []}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            resp = httpx.put(f"{head.dashboard_url}/api/serve/applications/", json=config, timeout=120)
+            if resp.status_code == 200:
+                return
+            error = f"HTTP {resp.status_code}: {resp.text[-500:]}"
+        except httpx.TransportError as exc:
+            error = repr(exc)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Serve did not start on ray head {head.name}: {error}")
+        time.sleep(2)
+
+
+def _stop(head: RayHead) -> None:
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(head.proc.pid, sig)  # its own session: Ray's processes and the Serve replicas in it
+        except ProcessLookupError:
+            return
+        try:
+            head.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def ray_clusters(home: Path) -> Iterator[dict[str, RayHead]]:
+    if not RAY.exists():
+        raise AssertionError("runtime venv missing (make setup)")
+    with ExitStack() as cleanup:
+        heads = {}
+        for name, base in BASES.items():
+            heads[name] = _start(name, base, home / name)
+            cleanup.callback(_stop, heads[name])
+        for head in heads.values():
+            _wait_up(head)
+        for head in heads.values():
+            _start_serve(head)
+        yield heads
