@@ -19,7 +19,8 @@ import httpx
 from tests.fixtures.local_stack import ROOT
 
 RAY = ROOT / ".cache/venvs/runtime/bin/ray"
-BASES = {"dev": 36000, "prod": 37000}  # each cluster's ports: base + offsets below (nothing else uses 36xxx/37xxx)
+BASES = {"dev": 30000, "prod": 31000}  # base + offsets below: nothing else here uses 30xxx/31xxx, and they lie below
+# the kernel's ephemeral range (32768-60999), where the vLLM workers of the heavy tests bind their own ports
 
 
 @dataclass

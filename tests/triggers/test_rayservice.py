@@ -32,7 +32,7 @@ def apply() -> None:
 
 def trigger(**kwargs) -> RayServiceReadyTrigger:
     args = dict(name=NAME, namespace=NS, kubernetes_conn_id="kubernetes_default", app_names=["llm"],
-                timeout_s=10.0, poll_interval_s=0.05, cluster_context=None)  # fmt: skip
+                timeout_s=60.0, poll_interval_s=0.05, cluster_context=None)  # fmt: skip (60 s: a loaded box)
     args.update(kwargs)
     return RayServiceReadyTrigger(**args)
 
