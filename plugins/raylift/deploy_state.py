@@ -1,11 +1,12 @@
 """What was serving, kept in the state store: the last Serve config that passed, and run records.
 
-Rollback restores ``last_good`` (the last config that passed smoke test and gates); when a target has
-never had one, it restores the config captured just before this run's deploy. A run that applied a
+Rollback (``raylift.rollback``) restores the pre-deploy snapshot of the run that failed (the last good config
+only for a run that left none), while the app still runs what that run wrote. A run that applied a
 config leaves ``applied/<run>.json`` (written before the PUT): "applied, not yet proven" until the run's
 config is recorded good, which ``raylift.rollback.restore_unproven`` acts on whatever failed. Keys:
-``_raylift/<target>/<app>/last_good.json``, ``_raylift/<target>/<app>/pre_deploy/<run>.json``,
-``_raylift/<target>/<app>/applied/<run>.json``, ``_raylift/runs/<run>/...``.
+``_raylift/<cluster>/<app>/last_good.json``, ``_raylift/<cluster>/<app>/pre_deploy/<run>.json``,
+``_raylift/<cluster>/<app>/applied/<run>.json``, ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
+identity, or the target kind without a connection).
 """
 
 from __future__ import annotations
@@ -79,13 +80,3 @@ class DeploymentState:
                 "recorded_at": datetime.now(UTC).isoformat(),
             },
         )
-
-    def rollback_config(self, run_id: str) -> tuple[dict[str, Any] | None, str]:
-        """The config to restore and where it came from."""
-        good = self.last_good()
-        if good:
-            return good["config"], f"last good config (run {good['run_id']})"
-        pre = self.pre_deploy(run_id)
-        if pre is not None:
-            return pre, "config that was serving before this run"
-        return None, "nothing recorded"
