@@ -307,8 +307,9 @@ class LeaseManager:
         self._mine(lease, margin_s=margin_s)
 
     @contextmanager
-    def keep(self, lease: Lease, ttl_s: float) -> Iterator[Lease]:
-        """Hold an acquired lease for the block: renewed every ``ttl_s / 3`` in a thread, released at the end.
+    def keep(self, lease: Lease, ttl_s: float, *, release: bool = True) -> Iterator[Lease]:
+        """Hold an acquired lease for the block: renewed every ``ttl_s / 3`` in a thread, released at the end
+        (``release=False``: kept, for a holder whose next step carries on with it, as a release's tasks do).
         A renewal that finds the lease lost stops; the holder's next ``fence`` then fails."""
         stop = threading.Event()
 
@@ -329,6 +330,8 @@ class LeaseManager:
         finally:
             stop.set()
             renewer.join()
+            if not release:
+                return
             try:
                 self.release(lease)
             except Exception as exc:  # the lease expires on its own; do not hide the block's own error

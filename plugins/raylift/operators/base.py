@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from functools import cached_property
 from typing import Any
 
@@ -45,7 +45,7 @@ class TargetOperator(BaseOperator):
         self.target_options = target_options or {}
         self.cluster_conn_id = cluster_conn_id
         self.holds_release_lease = holds_release_lease
-        self._renewing: threading.Event | None = None
+        self._keeping: ExitStack | None = None
 
     def pre_execute(self, context: Any) -> None:
         super().pre_execute(context)
@@ -53,8 +53,8 @@ class TargetOperator(BaseOperator):
             self.renew_release_lease(context)
 
     def post_execute(self, context: Any, result: Any = None) -> None:
-        if self._renewing is not None:
-            self._renewing.set()
+        if self._keeping is not None:
+            self._keeping.close()
         super().post_execute(context, result)
 
     def renew_release_lease(self, context: Any) -> None:
@@ -81,22 +81,10 @@ class TargetOperator(BaseOperator):
             )
         lease = manager.renew(Lease(current.token, holder, current.expires_at), RELEASE_LEASE_TTL_S)
         target.held_lease = lease
-        stop = threading.Event()
-        self._renewing = stop
-
-        def renew_until_stopped() -> None:  # a daemon: it ends with the task's process (or a deferral)
-            held = lease
-            while not stop.wait(RELEASE_LEASE_TTL_S / 3):
-                try:
-                    held = manager.renew(held, RELEASE_LEASE_TTL_S)
-                    target.held_lease = held
-                except LeaseLostError as exc:
-                    self.log.warning("%s", exc)
-                    return
-                except Exception as exc:  # a store hiccup: the next tick tries again, before the expiry
-                    self.log.warning("renewing the writer lease failed (%s); retrying", exc)
-
-        threading.Thread(target=renew_until_stopped, name="release-lease-renew", daemon=True).start()
+        # renewed while this task runs (LeaseManager.keep's thread, a daemon: it ends with the task's process or
+        # a deferral), and kept at the end: the release's next task carries on with it
+        self._keeping = ExitStack()
+        self._keeping.enter_context(manager.keep(lease, RELEASE_LEASE_TTL_S, release=False))
 
     @cached_property
     def target_impl(self) -> Target:
