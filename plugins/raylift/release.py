@@ -1,0 +1,289 @@
+"""The one owner of release decisions: promote, roll back or hold a candidate, from its evidence.
+
+Pure (no I/O, no Airflow): the operators gather the evidence (smoke test, SLOs, the judgement of the candidate
+against the serving app measured side by side, :mod:`raylift.canary`) and act on the :class:`ReleaseDecision`.
+
+The rules, in order (the first that applies decides):
+
+1. a first deploy (nothing serves to compare with): promote when the smoke test passed and no SLO broke; it
+   becomes the **anchor**;
+2. smoke test failed, or any SLO/evidence violation: roll back;
+3. judgement verdict ``failed`` (the judgement could not be made: never a pass by absence) or ``regressed``:
+   roll back;
+4. the **cumulative change since the anchor** — the chain of the headline changes of the releases promoted
+   since the last release whose verdict was a real ``pass``, and this release's, compounded
+   (``prod(1 + x) - 1``) — above ``max_cumulative_regression``: roll back, naming the chain. This stops
+   the ratchet of the sequential gate, where five releases each "not provably 10 % slower" drifted 1.75×;
+5. ``inconclusive`` (and ``new baseline`` outside a first deploy, or no judgement at all: nothing was
+   judged): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve" promotes, "reject"
+   rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
+6. ``pass``: promote; it becomes the anchor (the chain starts again from it).
+
+Numbers behind the defaults: ``bench/gate_error_rates.py`` (``docs/benchmark-metrics.md``, "Gate error rates:
+old and new release process").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from raylift.errors import RayliftValueError
+
+PROMOTE, ROLL_BACK, HOLD = "promote", "roll_back", "hold"
+ACTIONS = (PROMOTE, ROLL_BACK, HOLD)
+ON_INCONCLUSIVE = ("hold", "pass", "fail")
+APPROVALS = ("approve", "reject")
+
+# The judgement's verdicts (raylift.bench.judgement) and the decision's own
+PASS, REGRESSED, INCONCLUSIVE, FAILED, NEW_BASELINE = "pass", "regressed", "inconclusive", "failed", "new baseline"
+SMOKE_FAILED, SLO_VIOLATED, CUMULATIVE_REGRESSION = "smoke failed", "slo violated", "cumulative regression"
+NOT_JUDGED = "not judged"
+
+# The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back; chosen with
+# bench/gate_error_rates.py (the release process simulated under this machine's slow spells).
+DEFAULT_MAX_CUMULATIVE_REGRESSION = 0.10
+DEFAULT_ON_INCONCLUSIVE = "hold"
+# The metric the headline reads: end-to-end latency, what a user waits for (TTFT plus every token after it).
+HEADLINE_METRIC = "e2e_ms"
+HEADLINE_FALLBACK = "output_tokens_per_s"  # the same slowdown seen from the other side, when e2e is missing
+
+
+@dataclass(frozen=True)
+class ReleaseEvidence:
+    """What a release decision is made from.
+
+    :param first_deploy: nothing serves to compare with: promote if the smoke test and SLOs pass.
+    :param smoke_passed: the candidate's smoke test passed.
+    :param slo_violations: messages of broken SLOs and evidence failures (not regression verdicts).
+    :param judgement: ``Judgement.as_dict()`` of the candidate against the serving app, measured together.
+    :param anchor_links: headline changes (ratio - 1) of the releases promoted since the anchor, oldest first.
+    :param max_cumulative_regression: the limit of the compounded change since the anchor (> 0).
+    :param on_inconclusive: ``hold`` (ask a person), ``pass`` (promote) or ``fail`` (roll back).
+    :param approval: the person's answer to a hold, ``approve`` or ``reject``; None: not asked (yet)."""
+
+    first_deploy: bool
+    smoke_passed: bool
+    slo_violations: tuple[str, ...]
+    judgement: Mapping[str, Any] | None
+    anchor_links: tuple[float, ...] = ()
+    max_cumulative_regression: float = DEFAULT_MAX_CUMULATIVE_REGRESSION
+    on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
+    approval: str | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseDecision:
+    """What to do with the candidate, why (each reason names its numbers), and what the anchor chain becomes.
+
+    ``headline_change`` is this release's change against what serves, ``cumulative_change`` the compounded
+    change since the anchor with this release included (ratio - 1; + is slower); None when not measured."""
+
+    action: str
+    verdict: str
+    reasons: tuple[str, ...]
+    headline_change: float | None
+    cumulative_change: float | None
+    becomes_anchor: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["reasons"] = list(self.reasons)
+        return out
+
+    def describe(self) -> str:
+        """One paragraph for logs and the gate's error message."""
+        return f"{self.action} ({self.verdict}): " + "; ".join(self.reasons)
+
+
+def _metric_change(m: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A metric's change as a latency ratio - 1 and its interval's half-width, or None if not measured."""
+    change, low, high = m.get("change"), m.get("low"), m.get("high")
+    if not isinstance(change, int | float) or not math.isfinite(change) or m.get("verdict") == "skipped":
+        return None
+    half = (high - low) / 2 if isinstance(low, int | float) and isinstance(high, int | float) else math.nan
+    if m.get("metric") == HEADLINE_FALLBACK:  # tokens/s down to 1/(1+x) is the same as latency up by x
+        if change <= -1:
+            return None
+        rel = 1 / (1 + change)
+        return rel - 1, half * rel * rel  # delta method: d(1/(1+c))/dc = -1/(1+c)^2
+    return float(change), half
+
+
+def headline_change(judgement: Mapping[str, Any]) -> float | None:
+    """ONE number per comparison, the release's slowdown against what serves (ratio - 1; + = slower).
+
+    End-to-end latency's Hodges–Lehmann change, pooled over the concurrency levels both runs have: the
+    inverse-variance weighted mean (a fixed-effect meta-analysis; each level's variance from its interval's
+    half-width, plain mean when a width is missing or 0). Why this one: e2e is what a user waits for and
+    already holds TTFT and every inter-token gap, so one metric stands for all four (no multiplicity: the
+    cumulative rule tests one number per release, not the max of eight); and pooling the levels uses every
+    request of the comparison, so its noise is ~1/sqrt(levels) of one level's, which is what lets a point
+    limit of 10 % separate an unchanged release from a 10 % slower one (bench/gate_error_rates.py). Levels
+    are weighted by their precision, so a noisy high-concurrency level does not swamp the others.
+    Falls back to output tokens/s (converted to the latency scale) when no level has e2e; None when
+    neither was measured (a new baseline, a failed judgement)."""
+    metrics = judgement.get("metrics") or []
+    for name in (HEADLINE_METRIC, HEADLINE_FALLBACK):
+        found = [c for m in metrics if m.get("metric") == name and (c := _metric_change(m)) is not None]
+        if found:
+            return _pooled(found)
+    return None
+
+
+def _pooled(values: Sequence[tuple[float, float]]) -> float:
+    if all(math.isfinite(h) and h > 0 for _, h in values):
+        weights = [1 / (h * h) for _, h in values]
+        return sum(w * c for w, (c, _) in zip(weights, values)) / sum(weights)
+    return sum(c for c, _ in values) / len(values)
+
+
+def compound(changes: Sequence[float]) -> float:
+    """Changes (ratio - 1) one after another: ``prod(1 + x) - 1``."""
+    return math.prod(1 + x for x in changes) - 1
+
+
+def next_anchor_links(links: tuple[float, ...], decision: ReleaseDecision) -> tuple[float, ...]:
+    """The anchor chain after ``decision``: () after a promote that made the anchor, ``links`` plus this
+    release's headline after any other promote (unchanged when it had none: nothing was measured), and
+    ``links`` unchanged after a roll back or a hold (what serves did not change)."""
+    if decision.action != PROMOTE:
+        return links
+    if decision.becomes_anchor:
+        return ()
+    if decision.headline_change is None:
+        return links
+    return (*links, decision.headline_change)
+
+
+def _check(evidence: ReleaseEvidence) -> None:
+    if evidence.on_inconclusive not in ON_INCONCLUSIVE:
+        raise RayliftValueError(
+            f"on_inconclusive {evidence.on_inconclusive!r} is not one of {list(ON_INCONCLUSIVE)}: 'hold' asks a "
+            "person, 'pass' promotes, 'fail' rolls back an inconclusive release")
+    if evidence.approval is not None and evidence.approval not in APPROVALS:
+        raise RayliftValueError(
+            f"approval {evidence.approval!r} is not one of {list(APPROVALS)} (or None: not asked yet)")
+    limit = evidence.max_cumulative_regression
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit) or limit <= 0:
+        raise RayliftValueError(
+            f"max_cumulative_regression {limit!r} must be a number above 0 (a fraction: 0.10 = 10 % slower "
+            "than the anchor in all)")
+    bad = [x for x in evidence.anchor_links
+           if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= -1]
+    if bad:
+        raise RayliftValueError(f"anchor_links {list(evidence.anchor_links)!r}: each must be a finite change "
+                                f"above -1 (ratio - 1), got {bad!r}")
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
+    """The release decision from ``evidence`` (the module docstring's rules, in order).
+
+    :raises RayliftValueError: ``on_inconclusive``, ``approval``, ``max_cumulative_regression`` or
+        ``anchor_links`` is not a value allowed."""
+    _check(evidence)
+    if evidence.first_deploy:
+        if not evidence.smoke_passed:
+            return ReleaseDecision(ROLL_BACK, SMOKE_FAILED, ("first deploy: the smoke test failed",),
+                                   None, None, False)
+        if evidence.slo_violations:
+            return ReleaseDecision(ROLL_BACK, SLO_VIOLATED,
+                                   tuple(f"first deploy: {v}" for v in evidence.slo_violations), None, None, False)
+        return ReleaseDecision(PROMOTE, NEW_BASELINE,
+                               ("first deploy: nothing serves to compare with; smoke test and SLOs passed, so it "
+                                "is promoted and becomes the anchor",), None, 0.0, True)
+    if not evidence.smoke_passed:
+        return ReleaseDecision(ROLL_BACK, SMOKE_FAILED, ("the candidate's smoke test failed",), None, None, False)
+    judgement = evidence.judgement or {}
+    headline = headline_change(judgement) if judgement else None
+    chain = evidence.anchor_links
+    cumulative = compound((*chain, headline)) if headline is not None else None
+    measured: list[str] = []
+    if headline is not None and cumulative is not None:
+        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against what serves; "
+                        f"{_pct(cumulative)} since the anchor ({_chain(chain, headline)})")
+    if evidence.slo_violations:
+        return ReleaseDecision(ROLL_BACK, SLO_VIOLATED, (*evidence.slo_violations, *measured), headline,
+                               cumulative, False)
+    verdict = str(judgement.get("verdict")) if judgement else NOT_JUDGED
+    note = f" ({judgement['note']})" if judgement.get("note") else ""
+    if verdict in (FAILED, REGRESSED):
+        what = ("the judgement failed" + note + ": no verdict is no pass" if verdict == FAILED
+                else f"judged regressed against what serves (tolerance "
+                     f"{_pct(float(judgement.get('tolerance', math.nan)))}): {_worst(judgement)}")
+        return ReleaseDecision(ROLL_BACK, verdict, (what, *measured), headline, cumulative, False)
+    if verdict not in (PASS, INCONCLUSIVE, NEW_BASELINE, NOT_JUDGED):
+        return ReleaseDecision(ROLL_BACK, FAILED, (f"unknown judgement verdict {verdict!r}: not a pass", *measured),
+                               headline, cumulative, False)
+    limit = evidence.max_cumulative_regression
+    if cumulative is not None and cumulative > limit:
+        return ReleaseDecision(
+            ROLL_BACK, CUMULATIVE_REGRESSION,
+            (f"{_pct(cumulative)} slower than the anchor (the last release that passed) in all: "
+             f"{_chain(chain, headline)}, above the cumulative limit {_pct(limit)} (judgement: {verdict})",),
+            headline, cumulative, False)
+    if verdict == PASS:
+        return ReleaseDecision(PROMOTE, PASS, ("judged within the tolerance of what serves on every metric; it "
+                                               "becomes the anchor", *measured), headline, cumulative, True)
+    if verdict == INCONCLUSIVE:
+        why = f"inconclusive: {_inconclusive(judgement)}"
+    elif verdict == NEW_BASELINE:
+        why = f"not judged: the judgement started a new baseline{note} on a release that is not a first deploy"
+    else:
+        why = "not judged: no judgement of the candidate against what serves"
+    return _on_inconclusive(evidence, verdict if verdict == INCONCLUSIVE else NOT_JUDGED, why, measured,
+                            headline, cumulative)
+
+
+def _on_inconclusive(evidence: ReleaseEvidence, verdict: str, why: str, measured: list[str],
+                     headline: float | None, cumulative: float | None) -> ReleaseDecision:
+    if headline is None:
+        measured = [*measured, "no headline change measured: the anchor chain does not grow"]
+    policy = evidence.on_inconclusive
+    if policy == "pass":
+        return ReleaseDecision(PROMOTE, verdict, (why, "on_inconclusive 'pass': promoted, not the anchor", *measured),
+                               headline, cumulative, False)
+    if policy == "fail":
+        return ReleaseDecision(ROLL_BACK, verdict, (why, "on_inconclusive 'fail': rolled back", *measured),
+                               headline, cumulative, False)
+    if evidence.approval == "approve":
+        return ReleaseDecision(PROMOTE, verdict, (why, "held, and approved by a person: promoted, not the anchor",
+                                                  *measured), headline, cumulative, False)
+    if evidence.approval == "reject":
+        return ReleaseDecision(ROLL_BACK, verdict, (why, "held, and rejected by a person: rolled back", *measured),
+                               headline, cumulative, False)
+    return ReleaseDecision(HOLD, verdict, (why, "on_inconclusive 'hold': waiting for a person to approve or reject",
+                                           *measured), headline, cumulative, False)
+
+
+def _chain(links: Sequence[float], headline: float | None) -> str:
+    parts = [f"{_pct(x)}" for x in links]
+    if headline is not None:
+        parts.append(f"this release {_pct(headline)}")
+    if not links:
+        return "the anchor is what serves; " + (parts[0] if parts else "nothing measured")
+    return f"{len(links)} release(s) promoted since the anchor: " + ", ".join(parts)
+
+
+def _worst(judgement: Mapping[str, Any]) -> str:
+    bad = [m for m in judgement.get("metrics") or [] if m.get("verdict") == REGRESSED]
+    if not bad:
+        return "no metric named"
+    texts = [f"{m.get('metric')} at concurrency {m.get('concurrency')} {_pct(m['change'])} "
+             f"[{_pct(m['low'])}, {_pct(m['high'])}]"
+             for m in bad[:3] if all(isinstance(m.get(k), int | float) for k in ("change", "low", "high"))]
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return (", ".join(texts) or f"{len(bad)} metric(s)") + more
+
+
+def _inconclusive(judgement: Mapping[str, Any]) -> str:
+    metrics = [m for m in judgement.get("metrics") or [] if m.get("verdict") == INCONCLUSIVE]
+    needed = judgement.get("needed_requests")
+    text = f"{len(metrics)} metric(s) could not be decided at this sample size"
+    return text + (f"; about {needed} requests per level would decide them" if needed else "")

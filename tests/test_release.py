@@ -1,0 +1,166 @@
+"""raylift.release: every rule of the release decision, the headline, the anchor chain, and bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raylift.errors import RayliftValueError
+from raylift.release import (
+    HOLD,
+    PROMOTE,
+    ROLL_BACK,
+    ReleaseDecision,
+    ReleaseEvidence,
+    decide,
+    headline_change,
+    next_anchor_links,
+)
+
+
+def _m(metric: str, c: int, verdict: str, change: float, half: float = 0.1) -> dict[str, Any]:
+    return {"metric": metric, "concurrency": c, "verdict": verdict, "change": change, "low": change - half,
+            "high": change + half, "baseline_median": 100.0, "new_median": 100.0 * (1 + change)}
+
+
+def judgement(verdict: str, e2e: float = 0.0, note: str = "") -> dict[str, Any]:
+    """A judgement dict whose e2e changes at both levels are ``e2e`` (so the headline is ``e2e``)."""
+    return {"verdict": verdict, "confidence": 0.95, "tolerance": 0.10, "note": note, "needed_requests": 200,
+            "metrics": [_m("ttft_ms", 1, verdict, e2e), _m("e2e_ms", 1, verdict, e2e),
+                        _m("e2e_ms", 4, verdict, e2e)]}
+
+
+def ev(**kw: Any) -> ReleaseEvidence:
+    base: dict[str, Any] = {"first_deploy": False, "smoke_passed": True, "slo_violations": (),
+                            "judgement": judgement("pass", 0.01)}
+    return ReleaseEvidence(**{**base, **kw})
+
+
+# (id, evidence, action, verdict, becomes_anchor, a phrase the reasons must hold)
+CASES = [
+    ("first deploy promotes and anchors", ev(first_deploy=True, judgement=None), PROMOTE, "new baseline", True,
+     "first deploy"),
+    ("first deploy, smoke failed", ev(first_deploy=True, smoke_passed=False, judgement=None), ROLL_BACK,
+     "smoke failed", False, "smoke"),
+    ("first deploy, SLO broken", ev(first_deploy=True, slo_violations=("ttft_ms.p99 = 900, SLO limit 500",),
+                                    judgement=None), ROLL_BACK, "slo violated", False, "900"),
+    ("smoke failed", ev(smoke_passed=False), ROLL_BACK, "smoke failed", False, "smoke"),
+    ("SLO violation beats a pass", ev(slo_violations=("error_rate = 0.05, SLO limit 0",)), ROLL_BACK,
+     "slo violated", False, "error_rate = 0.05"),
+    ("judgement failed is no pass", ev(judgement={**judgement("failed"), "metrics": []}), ROLL_BACK, "failed",
+     False, "no verdict is no pass"),
+    ("unknown verdict rolls back", ev(judgement=judgement("weird")), ROLL_BACK, "failed", False, "'weird'"),
+    ("regressed", ev(judgement=judgement("regressed", 0.4)), ROLL_BACK, "regressed", False, "+40.0%"),
+    ("regressed beats approval", ev(judgement=judgement("regressed", 0.4), approval="approve"), ROLL_BACK,
+     "regressed", False, "regressed"),
+    ("pass promotes and anchors", ev(), PROMOTE, "pass", True, "+1.0%"),
+    ("pass over the cumulative limit rolls back",
+     ev(judgement=judgement("pass", 0.04), anchor_links=(0.05, 0.03)), ROLL_BACK, "cumulative regression",
+     False, "+12.5%"),
+    ("one release alone over the limit", ev(judgement=judgement("inconclusive", 0.12)), ROLL_BACK,
+     "cumulative regression", False, "+12.0%"),
+    ("limit is a parameter", ev(judgement=judgement("inconclusive", 0.12), max_cumulative_regression=0.2,
+                                on_inconclusive="pass"), PROMOTE, "inconclusive", False, "'pass'"),
+    ("cumulative limit beats approval",
+     ev(judgement=judgement("inconclusive", 0.06), anchor_links=(0.06,), approval="approve"), ROLL_BACK,
+     "cumulative regression", False, "+6.0%"),
+    ("speed-ups in the chain offset", ev(judgement=judgement("inconclusive", 0.08), anchor_links=(-0.05,),
+                                         on_inconclusive="pass"), PROMOTE, "inconclusive", False, "+2.6%"),
+    ("inconclusive holds by default", ev(judgement=judgement("inconclusive", 0.05)), HOLD, "inconclusive", False,
+     "waiting"),
+    ("inconclusive hold approved", ev(judgement=judgement("inconclusive", 0.05), approval="approve"), PROMOTE,
+     "inconclusive", False, "approved"),
+    ("inconclusive hold rejected", ev(judgement=judgement("inconclusive", 0.05), approval="reject"), ROLL_BACK,
+     "inconclusive", False, "rejected"),
+    ("inconclusive pass", ev(judgement=judgement("inconclusive", 0.05), on_inconclusive="pass"), PROMOTE,
+     "inconclusive", False, "'pass'"),
+    ("inconclusive fail", ev(judgement=judgement("inconclusive", 0.05), on_inconclusive="fail"), ROLL_BACK,
+     "inconclusive", False, "'fail'"),
+    ("approval ignored when the policy is pass",
+     ev(judgement=judgement("inconclusive", 0.05), on_inconclusive="pass", approval="reject"), PROMOTE,
+     "inconclusive", False, "'pass'"),
+    ("new baseline outside a first deploy is not judged",
+     ev(judgement={**judgement("new baseline", note="the served model changed"), "metrics": []}), HOLD,
+     "not judged", False, "the served model changed"),
+    ("new baseline outside a first deploy, policy pass",
+     ev(judgement={**judgement("new baseline"), "metrics": []}, on_inconclusive="pass"), PROMOTE, "not judged",
+     False, "not a first deploy"),
+    ("new baseline outside a first deploy, policy fail",
+     ev(judgement={**judgement("new baseline"), "metrics": []}, on_inconclusive="fail"), ROLL_BACK, "not judged",
+     False, "not judged"),
+    ("no judgement outside a first deploy is no pass", ev(judgement=None, on_inconclusive="fail"), ROLL_BACK,
+     "not judged", False, "no judgement"),
+]
+
+
+@pytest.mark.parametrize(("evidence", "action", "verdict", "anchor", "phrase"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_decide_rules(evidence: ReleaseEvidence, action: str, verdict: str, anchor: bool, phrase: str) -> None:
+    d = decide(evidence)
+    assert (d.action, d.verdict, d.becomes_anchor) == (action, verdict, anchor), d.describe()
+    assert phrase in " ".join(d.reasons), d.reasons
+    assert d.as_dict()["reasons"] == list(d.reasons)
+
+
+def test_cumulative_change_compounds_the_chain_and_this_release() -> None:
+    d = decide(ev(judgement=judgement("inconclusive", 0.02), anchor_links=(0.03, 0.04), on_inconclusive="pass",
+                  max_cumulative_regression=0.5))
+    assert d.headline_change == pytest.approx(0.02)
+    assert d.cumulative_change == pytest.approx(1.03 * 1.04 * 1.02 - 1)
+
+
+@pytest.mark.parametrize(("metrics", "expected"), [
+    ([_m("e2e_ms", 1, "pass", 0.10, 0.1), _m("e2e_ms", 4, "pass", 0.20, 0.1)], 0.15),  # equal widths: mean
+    ([_m("e2e_ms", 1, "pass", 0.10, 0.05), _m("e2e_ms", 4, "pass", 0.40, 0.10)], 0.16),  # 4:1 weights
+    ([_m("e2e_ms", 1, "pass", 0.10, 0.0), _m("e2e_ms", 4, "pass", 0.20, 0.1)], 0.15),  # a zero width: plain mean
+    ([_m("ttft_ms", 1, "regressed", 0.9), _m("e2e_ms", 1, "pass", 0.05)], 0.05),  # only e2e counts
+    ([{"metric": "e2e_ms", "concurrency": 1, "verdict": "skipped", "change": None, "low": None, "high": None},
+      _m("output_tokens_per_s", 1, "pass", -0.2, 0.01)], 0.25),  # tokens/s down 20 % = 25 % slower
+    ([_m("ttft_ms", 1, "pass", 0.05)], None),
+    ([], None),
+])
+def test_headline_change(metrics: list[dict[str, Any]], expected: float | None) -> None:
+    got = headline_change({"verdict": "pass", "metrics": metrics})
+    assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize(("decision", "expected"), [
+    (ReleaseDecision(PROMOTE, "pass", (), 0.05, 0.05, True), ()),
+    (ReleaseDecision(PROMOTE, "inconclusive", (), 0.05, 0.1, False), (0.02, 0.03, 0.05)),
+    (ReleaseDecision(PROMOTE, "not judged", (), None, None, False), (0.02, 0.03)),
+    (ReleaseDecision(ROLL_BACK, "regressed", (), 0.4, 0.5, False), (0.02, 0.03)),
+    (ReleaseDecision(HOLD, "inconclusive", (), 0.05, 0.1, False), (0.02, 0.03)),
+])
+def test_next_anchor_links(decision: ReleaseDecision, expected: tuple[float, ...]) -> None:
+    assert next_anchor_links((0.02, 0.03), decision) == expected
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("on_inconclusive", "maybe", "'maybe'"),
+    ("on_inconclusive", "HOLD", "['hold', 'pass', 'fail']"),
+    ("approval", "yes", "['approve', 'reject']"),
+    ("max_cumulative_regression", 0.0, "0.0"),
+    ("max_cumulative_regression", -0.1, "-0.1"),
+    ("max_cumulative_regression", float("nan"), "nan"),
+    ("max_cumulative_regression", True, "True"),
+    ("anchor_links", (0.1, float("inf")), "inf"),
+    ("anchor_links", (-1.0,), "-1.0"),
+])
+def test_bad_input_is_refused_naming_it(field: str, value: Any, named: str) -> None:
+    with pytest.raises(RayliftValueError) as err:
+        decide(ev(**{field: value}))
+    assert named in str(err.value)
+    assert field in str(err.value)
+
+
+def test_a_sequence_of_slowdowns_is_stopped_by_the_chain() -> None:
+    """Three inconclusive +6 % releases promoted by policy: the second one breaks the 10 % limit."""
+    links: tuple[float, ...] = ()
+    actions = []
+    for _ in range(3):
+        d = decide(ev(judgement=judgement("inconclusive", 0.06), anchor_links=links, on_inconclusive="pass"))
+        actions.append(d.action)
+        links = next_anchor_links(links, d)
+    assert actions == [PROMOTE, ROLL_BACK, ROLL_BACK]
+    assert links == (pytest.approx(0.06),)
