@@ -20,14 +20,21 @@ receive time on plain TCP; see :mod:`raylift.bench.http1`).
 - Level throughput: successful requests' output tokens / the level's wall time (first request sent
   → last response finished); requests/s likewise counts successful requests; error rate is
   errors / (successes + errors). Requests cut off by the level's time bound are counted apart.
+- **Goodput** (DistServe's): the requests per second that finished without error AND met every per-request
+  latency limit given (``ttft_ms``, ``tpot_ms``, ``e2e_ms``), over the level's wall time; ``share`` is
+  those requests over all requests sent (errors and requests cut off by the time bound count as missed).
+  See :func:`goodput` and :func:`goodput_slos` for how the benchmark's SLO keys become per-request limits.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from raylift.config import DEFAULT_SLOS
+from raylift.errors import RayliftValueError
 
 PERCENTILES: tuple[int, ...] = (25, 50, 75, 90, 95, 99)
 STAT_KEYS: tuple[str, ...] = ("mean",) + tuple(f"p{p}" for p in PERCENTILES)
@@ -105,8 +112,10 @@ def distribution(values: Iterable[float]) -> dict[str, float | None]:
     return stats
 
 
-def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled: int = 0) -> dict[str, Any]:
-    """The aggregate of one run (a concurrency level, a rate, or everything) as a JSON-able dict."""
+def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled: int = 0,
+              slos: Mapping[str, float | None] | None = None) -> dict[str, Any]:
+    """The aggregate of one run (a concurrency level, a rate, or everything) as a JSON-able dict; with
+    ``slos`` (:func:`goodput_slos`' keys) also its ``goodput``."""
     ok = [r for r in records if r.ok]
     errors = len(records) - len(ok)
     output_tokens = sum(r.output_tokens for r in ok)
@@ -138,6 +147,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, *, cancelled:
             t for r in ok if (t := r.output_tokens_per_s) is not None
         ),
         "error_kinds": error_kinds,
+        **({"goodput": goodput(records, duration_s, slos, cancelled=cancelled)} if slos is not None else {}),
     }
 
 
@@ -179,3 +189,88 @@ def wall_time_s(records: Sequence[RequestRecord]) -> float:
     if not finished:
         return 0.0
     return (max(r.end_ns for r in finished) - min(r.start_ns for r in finished)) / 1e9
+
+
+GOODPUT_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+# The benchmark's SLO keys (raylift.bench.gates.SLO_KEYS) that are per-request latency limits, and the
+# metric each one limits. A level passes "TTFT p99 <= X" when 99 % of its requests meet TTFT <= X, so X is
+# each request's TTFT limit. Throughput and error-rate SLOs are not per-request limits (errors never count
+# as good requests anyway).
+_SLO_LIMITS: dict[str, str] = {"max_ttft_p99_ms": "ttft_ms"}
+
+
+def goodput_slos(slos: Mapping[str, float | None] | None) -> dict[str, float]:
+    """Per-request latency limits in ms (``ttft_ms``, ``tpot_ms``, ``e2e_ms``) from ``slos``, which may use
+    those keys or the benchmark's SLO keys (``max_ttft_p99_ms`` becomes ``ttft_ms``; the other benchmark
+    keys set no per-request limit). A None value sets no limit.
+
+    :raises RayliftValueError: an unknown key, or a limit that is not a positive number.
+    """
+    limits: dict[str, float] = {}
+    for key, value in (slos or {}).items():
+        if key in GOODPUT_METRICS:
+            metric = key
+        elif key in _SLO_LIMITS:
+            metric = _SLO_LIMITS[key]
+        elif key in DEFAULT_SLOS:
+            continue
+        else:
+            raise RayliftValueError(f"unknown goodput SLO {key!r}; use {list(GOODPUT_METRICS)} or "
+                                    f"{sorted(DEFAULT_SLOS)}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise RayliftValueError(f"goodput SLO {key}={value!r} must be a positive number of ms")
+        limits[metric] = min(float(value), limits.get(metric, math.inf))  # a key given both ways: the tighter
+    return limits
+
+
+def goodput(records_or_samples: Sequence[RequestRecord] | Mapping[str, Any], duration_s: float,
+            slos: Mapping[str, float | None] | None, *, cancelled: int = 0) -> dict[str, Any]:
+    """DistServe's goodput of one run: the successful requests that met every per-request limit in ``slos``
+    (:func:`goodput_slos`), as a share of all requests sent and as a rate (per second of ``duration_s``).
+
+    ``records_or_samples`` is the run's :class:`RequestRecord` list or a level's ``samples``
+    (:func:`samples`: their lists follow the successful requests one to one unless a value was undefined,
+    which the check below refuses). A request without a TPOT (one output token, or not streamed) has no
+    decode phase and meets a TPOT limit; a streamed request without a TTFT misses a TTFT limit. Requests
+    cut off by the time bound (``cancelled``) count as sent and missed.
+
+    Returns ``{"slos", "requests", "good", "share", "goodput_rps", "met"}``; ``met`` counts the successful
+    requests within each limit on its own. With samples whose lists cannot be lined up, ``{"slos",
+    "unavailable": reason}``.
+    """
+    limits = goodput_slos(slos)
+    rows: list[dict[str, float | None]]
+    if isinstance(records_or_samples, Mapping):
+        data = records_or_samples
+        ok = int(data.get("ok", 0))
+        errors = int(data.get("errors", 0))
+        for metric in limits:
+            if len(data.get(metric) or []) != ok:
+                return {"slos": limits, "unavailable": (
+                    f"{metric} has {len(data.get(metric) or [])} samples for {ok} successful requests: "
+                    "they cannot be matched to requests")}
+        rows = [{m: data[m][i] for m in limits} for i in range(ok)]
+    else:
+        ok_records = [r for r in records_or_samples if r.ok]
+        ok = len(ok_records)
+        errors = len(records_or_samples) - ok
+        rows = [{m: getattr(r, m) for m in limits} for r in ok_records]
+
+    def within(metric: str, value: float | None) -> bool:
+        if value is None:
+            return metric == "tpot_ms"
+        return value <= limits[metric]
+
+    met = {m: sum(within(m, row[m]) for row in rows) for m in limits}
+    good = sum(all(within(m, row[m]) for m in limits) for row in rows)
+    sent = ok + errors + cancelled
+    return {
+        "slos": limits,
+        "requests": sent,
+        "good": good,
+        "share": good / sent if sent else 0.0,
+        "goodput_rps": good / duration_s if duration_s > 0 else 0.0,
+        "met": met,
+    }
