@@ -58,3 +58,33 @@ def test_summarize_counts_errors_and_excludes_them_from_latency() -> None:
     assert summary["requests_per_s"] == 1.0
     assert summary["ttft_ms"]["mean"] == 200 and summary["ttft_ms"]["p50"] == 200
     assert wall_time_s(records) == pytest.approx((records[1].end_ns - records[0].start_ns) / 1e9)
+
+
+def test_goodput_counts_the_requests_within_every_limit() -> None:
+    from raylift.bench.metrics import goodput, goodput_slos, samples
+    from raylift.errors import RayliftValueError
+
+    # TTFT 100/200/300 ms; TPOT (e2e - TTFT)/(tokens - 1): 15, 15, 65; one error
+    records = [_record(100, [10], 2), _record(200, [10], 2), _record(300, [60], 2),
+               _record(1, [], 0, error="HTTP 500: boom")]
+    out = goodput(records, 2.0, {"ttft_ms": 250, "tpot_ms": 20}, cancelled=1)
+    assert out["slos"] == {"ttft_ms": 250.0, "tpot_ms": 20.0} and out["met"] == {"ttft_ms": 2, "tpot_ms": 2}
+    assert (out["good"], out["requests"]) == (2, 5)  # the error and the cancelled request count as missed
+    assert out["share"] == pytest.approx(2 / 5) and out["goodput_rps"] == pytest.approx(1.0)
+    # every limit must hold: TTFT <= 150 lets 1 (100 ms) through, e2e (115/215/365 ms) <= 230 lets 2
+    assert goodput(records, 1.0, {"ttft_ms": 150, "e2e_ms": 230})["good"] == 1
+    # a level's samples give the same answer as its records
+    assert goodput(samples(records), 2.0, {"ttft_ms": 250, "tpot_ms": 20}, cancelled=1) == out
+    # the benchmark's SLO keys: the TTFT p99 limit is each request's TTFT limit, the others limit no request
+    assert goodput_slos({"max_ttft_p99_ms": 250, "max_error_rate": 0.0, "min_output_tokens_per_s": None,
+                         "e2e_ms": None}) == {"ttft_ms": 250.0}
+    assert goodput(records, 2.0, {"max_error_rate": 0.0})["good"] == 3  # no latency limit: every success
+    # one output token: no TPOT, no decode phase to hold to a TPOT limit
+    one = [_record(100, [], 1)]
+    assert goodput(one, 1.0, {"tpot_ms": 1})["good"] == 1
+    assert "unavailable" in goodput(samples(one), 1.0, {"tpot_ms": 1})  # its samples have no TPOT to line up
+    for bad in ({"p99_ms": 1}, {"ttft_ms": 0}, {"ttft_ms": "fast"}):
+        with pytest.raises(RayliftValueError, match="goodput SLO"):
+            goodput_slos(bad)
+    assert "goodput" not in summarize(records, 2.0)
+    assert summarize(records, 2.0, cancelled=1, slos={"ttft_ms": 250, "tpot_ms": 20})["goodput"] == out

@@ -2,7 +2,7 @@
 
 The LLM app serves vLLM's own OpenAI server app (``serve_apps/llm/app.py``), ``/metrics`` included, under
 the app's route prefix: ``<base_url>/metrics``. While a level's rounds run, :class:`EngineMonitor` scrapes
-it every ``interval_s`` (and once more when each round ends) and keeps the series vLLM 0.32 exports
+it just before each round, every ``interval_s`` while it runs and once more when it ends, and keeps the series vLLM 0.32 exports
 (``vllm/v1/metrics/loggers.py``):
 
 - ``vllm:num_requests_waiting``, ``vllm:num_requests_running`` (gauges; summed over the engines of a
@@ -12,9 +12,9 @@ it every ``interval_s`` (and once more when each round ends) and keeps the serie
 - ``vllm:num_preemptions`` (a counter, exposed as ``vllm:num_preemptions_total``): its increase over the
   level, round by round (a counter that went down was reset: its new value is the increase).
 
-A level's summary: the gauges' mean and max over the scrapes taken while its rounds ran (the scrape after
-a round ends reads the counter only: the engine is idle by then), the preemptions' increase, how many
-scrapes were taken and how many failed. An endpoint without vLLM's metrics (the tests' stub server,
+A level's summary: the gauges' mean and max over the scrapes taken while its rounds ran (the scrapes before
+and after a round read the counter only: the engine is idle then), the preemptions' increase, how many
+scrapes were taken while the rounds ran and how many failed. An endpoint without vLLM's metrics (the tests' stub server,
 llama.cpp) gives ``{"unavailable": reason}`` for every level and never fails the benchmark.
 
 Behind a Serve app with several replicas each scrape reaches one replica, chosen by Serve's router, so
@@ -119,8 +119,9 @@ def counter_increase(readings: Sequence[float]) -> float:
 
 @dataclass
 class _Round:
-    during: list[EngineSample]
-    end: EngineSample | None
+    before: EngineSample | None  # scraped just before the round's requests went out
+    during: list[EngineSample]  # while they ran
+    end: EngineSample | None  # once they had all finished
 
 
 def summarize_rounds(rounds: Sequence[_Round], *, interval_s: float, errors: int = 0) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def summarize_rounds(rounds: Sequence[_Round], *, interval_s: float, errors: int
     during = [s for r in rounds for s in r.during]
     increases = []
     for r in rounds:
-        counts = [s.preemptions for s in [*r.during, *([r.end] if r.end else [])] if s.preemptions is not None]
+        counts = [s.preemptions for s in (r.before, *r.during, r.end) if s is not None and s.preemptions is not None]
         if counts:
             increases.append(counter_increase(counts))
     kv_names = sorted({s.kv_cache_metric for s in during if s.kv_cache_metric})
@@ -205,10 +206,13 @@ class EngineMonitor:
 
     @contextlib.asynccontextmanager
     async def during(self, key: Any) -> AsyncIterator[None]:
-        """Scrape every ``interval_s`` while the block runs (a round of level ``key``), once more after it."""
+        """Scrape before the block (a round of level ``key``), every ``interval_s`` while it runs, and after it."""
         if self.unavailable is not None or self._client is None:
             yield
             return
+        # the counter's reading before the round (the engine idle: no gauge statistics from it), taken before
+        # the block's requests start their clocks
+        before = await self._try_scrape(key)
         scraped: list[EngineSample] = []
 
         async def sample() -> None:
@@ -225,7 +229,7 @@ class EngineMonitor:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         end = await self._try_scrape(key)  # the round finished: its counter's last reading
-        self._rounds.setdefault(key, []).append(_Round(scraped, end))
+        self._rounds.setdefault(key, []).append(_Round(before, scraped, end))
 
     def summary(self, key: Any) -> dict[str, Any]:
         """Level ``key``'s engine figures, or ``{"unavailable": reason}``."""
