@@ -69,8 +69,6 @@ def test_three_outcomes_and_how_many_requests_would_decide() -> None:
                         _samples(10, 1.0, seed=6, sigma=0.5)["output_tokens_per_s"], confidence=0.95, tolerance=0.1,
                         min_requests=8)
     assert drop.verdict == "inconclusive" and drop.needed_requests > 10
-    too_few = judge_metric("e2e_ms", 1, [1.0] * 5, [1.0] * 20, confidence=0.95, tolerance=0.1, min_requests=8)
-    assert too_few.verdict == "inconclusive" and too_few.needed_requests == 8
 
 
 def test_error_rate_is_compared_as_a_proportion() -> None:
@@ -136,6 +134,77 @@ def test_slos_are_merged_over_the_defaults_and_an_all_failed_level_fails() -> No
     # even with every SLO off, a level where nothing succeeded does not pass
     (v,) = evaluate(failed, {}, None)
     assert v.metric == "successful_requests" and "every request failed at concurrency 1" in v.message
+
+
+# -- no pass by absence: missing evidence fails the gate instead of passing unjudged ---------------------
+def _cut_off(level: dict[str, Any], cancelled: int) -> dict[str, Any]:
+    """``level`` with ``cancelled`` more requests cut off by the level's time bound (the runner's count)."""
+    return {**level, "cancelled": cancelled}
+
+
+def test_a_level_with_no_finished_request_fails() -> None:
+    base = _run(_level(1, _samples(64, 1.0, seed=20)), _level(4, _samples(64, 1.0, seed=21)))
+    nothing = {"ok": 0, "errors": 0, "ttft_ms": [], "tpot_ms": [], "e2e_ms": [], "output_tokens_per_s": []}
+    new = _run(_level(1, _samples(64, 1.0, seed=22)), _cut_off(_level(4, nothing), 64))
+    new["levels"][1]["ttft_ms"] = {"p99": None}
+    j = judge(new, base, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert j.verdict == "failed", j
+    (dead,) = [m for m in j.of("failed") if m.concurrency == 4 and m.metric == "successful_requests"]
+    assert "64 cut off by the time limit" in dead.note and dead.needed_requests == 8, dead
+    assert "at least 8" in dead.describe()
+    # whatever strict is, and with no SLOs and no baseline at all, the gate fails naming cause and count
+    for baseline in (base, None):
+        _, violations = assess(new, {}, baseline)
+        (v,) = [v for v in violations if v.concurrency == 4 and v.metric == "successful_requests"]
+        assert v.kind == "evidence" and "cut off by the time limit" in v.message and "at least 8" in v.message, v
+    # against the baseline, its cut-off requests are also an error rate of 100 %
+    assert {v.metric for v in assess(new, {}, base)[1]} == {"successful_requests", "error_rate"}
+
+
+def test_too_few_samples_fail_naming_the_requests_that_would_decide() -> None:
+    exact = judge_metric("e2e_ms", 1, [1.0] * 5, [1.0] * 20, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert exact.verdict == "failed" and exact.needed_requests == 8, exact
+    assert "5 samples" in exact.note and "fewer than 8" in exact.note and "8 requests per level" in exact.note
+    # an interval exists (6 and 6 samples, far apart) but cannot decide: the estimate names more than 8
+    noisy = judge_metric("e2e_ms", 1, _samples(6, 1.08, seed=23, sigma=0.5)["e2e_ms"],
+                         _samples(6, 1.0, seed=24, sigma=0.5)["e2e_ms"], confidence=0.95, tolerance=0.1,
+                         min_requests=8)
+    assert noisy.verdict == "failed" and (noisy.needed_requests or 0) > 8, noisy
+    assert f"{noisy.needed_requests} requests per level" in noisy.note
+    # a whole run of 4 requests per level: failed, and every metric's gate message names the count
+    base = _run(_level(1, _samples(4, 1.0, seed=25)))
+    new = _run(_level(1, _samples(4, 1.0, seed=26)))
+    judgement, violations = assess(new, {}, base)
+    assert judgement.verdict == "failed" and judgement.needed_requests and judgement.needed_requests >= 8
+    assert {v.metric for v in violations} >= {"ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s"}
+    assert all("fewer than 8" in v.message and "requests per level" in v.message for v in violations), violations
+
+
+def test_no_level_in_common_with_the_baseline_fails() -> None:
+    base = _run(_level(1, _samples(64, 1.0, seed=27)), _level(4, _samples(64, 1.0, seed=28)))
+    new = _run(_level(16, _samples(64, 1.0, seed=29)))
+    j = judge(new, base, confidence=0.95, tolerance=0.1, min_requests=8)
+    assert j.verdict == "failed", j
+    assert "measure at concurrency 1, 4 (the baseline's levels)" in j.note
+    _, violations = assess(new, {}, base)
+    assert any("no level comparable with the baseline" in v.message and "concurrency 1, 4" in v.message
+               and "8 requests" in v.message for v in violations), violations
+    # the served model or the profile changed, or an old baseline without samples: still a new baseline
+    assert judge(_run(*new["levels"], model="other"), base, confidence=0.95, tolerance=0.1,
+                 min_requests=8).verdict == "new baseline"
+
+
+def test_cut_off_requests_count_as_errors() -> None:
+    base = _run(_level(4, _samples(64, 1.0, seed=30)))
+    new = _run(_cut_off(_level(4, _samples(48, 1.0, seed=31)), 16))
+    new["overall"]["cancelled"] = 16
+    j = judge(new, base, confidence=0.95, tolerance=0.1, min_requests=8)
+    (errors,) = j.of("regressed")
+    assert errors.metric == "error_rate" and errors.n_new == 64 and errors.new_median == 16 / 64, errors
+    assert new["levels"][0]["error_rate"] == 0.0  # the table's rate; the gate counts the cut-off requests
+    violations = evaluate(new, merged_slos({}), base)
+    slo = [v for v in violations if v.kind == "slo" and v.metric == "error_rate"]
+    assert slo and slo[0].measured == 16 / 64, violations
 
 
 # -- rounds: requests measured together share a slowly moving machine state ----------------------------

@@ -6,6 +6,9 @@ factor, sigma 0.3) and a candidate 30 % slower (every delay x 1.3). Each round b
 once, like a canary analysis runs baseline and canary side by side, so a busy moment of this shared
 machine falls on both samples of a comparison alike; 200 rounds give 200 comparisons of two unchanged
 runs (false regressions) and 200 of an unchanged against the slow one (detections).
+
+Then the gate where evidence is missing, on real benchmarks of the stub: a level cut off by the time limit,
+too few requests per level, and a request cut off beside finished ones (no pass by absence).
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
+from bench.stub_server import running_stub
+from raylift.bench.gates import assess
 from raylift.bench.judgement import judge
-from raylift.bench.runner import arun_benchmark
+from raylift.bench.runner import arun_benchmark, run_benchmark
 from raylift.config import (
     DEFAULT_MAX_REGRESSION,
     DEFAULT_REGRESSION_CONFIDENCE,
     DEFAULT_REQUESTS_PER_LEVEL,
     REGRESSION_MIN_REQUESTS,
 )
-from tests.bench.stub_server import running_stub
 
 ROUNDS = 200
 TTFT_MS, ITL_MS, JITTER, SLOWDOWN = 20.0, 3.0, 0.3, 1.3
@@ -72,3 +76,47 @@ def test_false_regression_rate_and_detection_power_at_the_defaults() -> None:
     assert all(lv["errors"] == 0 for r in rounds for run in r for lv in run["levels"]), summary
     assert false_rate <= MAX_FALSE_REGRESSIONS, summary
     assert caught >= MIN_DETECTION, summary
+
+
+# -- no pass by absence, on real benchmarks of the stub ------------------------------------------------
+def test_a_level_cut_off_by_the_time_limit_fails_the_gate() -> None:
+    with ExitStack() as stack:
+        base = run_benchmark(_stub(stack, 1.0, 1), "stub", concurrency=[2], requests_per_level=16)
+        # every request waits 30 s for its first token; the level stops after 0.5 s
+        slow = stack.enter_context(running_stub("--ttft-ms", "30000"))
+        new = run_benchmark(slow, "stub", concurrency=[2], requests_per_level=4, max_seconds_per_level=0.5)
+    level = new["levels"][0]
+    assert (level["requests"], level["cancelled"]) == (0, 2), level  # 2 sent at concurrency 2, both cut off
+    judgement, violations = assess(new, {}, base)
+    assert judgement.verdict == "failed", judgement
+    assert any("cut off by the time limit" in v.message and "at least 8" in v.message for v in violations)
+    # no baseline and no SLOs: still a violation
+    _, alone = assess(new, {}, None)
+    assert alone and all("cut off by the time limit" in v.message for v in alone), alone
+
+
+def test_too_few_requests_per_level_fail_the_gate_naming_how_many_would_decide() -> None:
+    with ExitStack() as stack:
+        url = _stub(stack, 1.0, 1)
+        base, new = (run_benchmark(url, "stub", concurrency=[1], requests_per_level=4) for _ in range(2))
+    judgement, violations = assess(new, {}, base)
+    assert judgement.verdict == "failed" and (judgement.needed_requests or 0) >= REGRESSION_MIN_REQUESTS
+    assert violations and all(f"fewer than {REGRESSION_MIN_REQUESTS}" in v.message and "requests per level"
+                              in v.message for v in violations), violations
+
+
+def test_a_request_cut_off_counts_as_an_error() -> None:
+    with ExitStack() as stack:
+        base = run_benchmark(_stub(stack, 1.0, 1), "stub", concurrency=[4], requests_per_level=16)
+        # the first 2 requests wait 30 s for their first token: cut off at 2 s, the other 14 finish
+        spell = stack.enter_context(running_stub("--ttft-ms", "1", "--slow-spell-requests", "2",
+                                                 "--slow-spell-ttft-ms", "30000"))
+        # one round: the level's time bound, spent waiting on the slow two, would leave a second round unsent
+        new = run_benchmark(spell, "stub", concurrency=[4], requests_per_level=16, max_seconds_per_level=2,
+                            max_rounds=1)
+    level = new["levels"][0]
+    assert (level["requests"], level["errors"], level["cancelled"]) == (14, 0, 2), level
+    judgement, violations = assess(new, {"max_error_rate": 0.0}, base)
+    (errors,) = [m for m in judgement.metrics if m.metric == "error_rate"]
+    assert errors.n_new == 16 and errors.new_median == 2 / 16 and errors.verdict != "pass", errors
+    assert any(v.kind == "slo" and v.metric == "error_rate" and v.measured == 2 / 16 for v in violations)

@@ -7,14 +7,21 @@ None turns that one off:
 - ``max_ttft_p99_ms``: every concurrency level's TTFT p99 must be at or below it;
 - ``min_output_tokens_per_s``: the best level's output tokens/s must reach it (the endpoint can
   deliver that throughput at some tested concurrency);
-- ``max_error_rate``: the overall error rate must be at or below it.
+- ``max_error_rate``: the overall error rate must be at or below it, requests cut off by the level's time
+  bound (``cancelled``) counted as failed: (errors + cancelled) / (requests + cancelled). The result's own
+  ``error_rate`` (errors over finished requests, as the tables show it) leaves them out; the gate does not.
 
-A level where every request failed violates the gate whatever SLOs are set: there is nothing to hold to
-a limit, and a p99 of nothing must not pass.
+A level where no request succeeded (every one errored, or was cut off by ``max_seconds_per_level``)
+violates the gate whatever SLOs are set: there is nothing to hold to a limit, and a p99 of nothing must
+not pass.
 
 Regression: the statistical judgement of :mod:`raylift.bench.judgement` against the last good run's
-per-request samples. A metric judged "regressed" is a violation; "inconclusive" is one only when
-``strict``. A run of another served model starts a new baseline instead of failing.
+per-request samples. A metric judged "regressed" is a violation (kind ``"regression"``); "inconclusive"
+is one only when ``strict``. A metric judged "failed" (the evidence is missing: a level without a
+successful request, fewer than ``min_requests`` samples, no level in common with the baseline) is a
+violation of kind ``"evidence"`` whatever ``strict`` is; its message names the cause and the requests
+per level that would decide. A run of another served model or profile starts a new baseline instead of
+failing (unless a level of it has no successful request).
 """
 
 from __future__ import annotations
@@ -24,7 +31,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from raylift.bench.judgement import INCONCLUSIVE, REGRESSED, Judgement, MetricJudgement, judge
+from raylift.bench.judgement import (
+    FAILED,
+    INCONCLUSIVE,
+    REGRESSED,
+    Judgement,
+    MetricJudgement,
+    failed_requests,
+    judge,
+    no_success_cause,
+)
 from raylift.config import (
     DEFAULT_MAX_REGRESSION,
     DEFAULT_REGRESSION_CONFIDENCE,
@@ -43,7 +59,7 @@ class GateViolation:
     metric: str
     measured: float
     limit: float
-    kind: str  # "slo" or "regression"
+    kind: str  # "slo", "regression", or "evidence" (the judgement could not judge: missing evidence)
     concurrency: int | None = None
     detail: str = ""  # the judgement's own words for a regression; why, for an SLO without a measurement
 
@@ -76,11 +92,10 @@ def _check_slos(result: Mapping[str, Any], slos: Mapping[str, float | None]) -> 
     violations: list[GateViolation] = []
     levels = result["levels"]
     for level in levels:
-        if level.get("requests", 0) and _ok_requests(level) == 0:
+        if _ok_requests(level) <= 0:  # all errors, all cut off by the time bound, or nothing sent
             violations.append(GateViolation(
                 "successful_requests", 0, 1, "slo", level["concurrency"],
-                detail=f"every request failed at concurrency {level['concurrency']} "
-                       f"({level['requests']} of {level['requests']}: {level.get('error_kinds') or 'errors'}); "
+                detail=f"{no_success_cause(level, max_seconds=result.get('max_seconds_per_level'))}; "
                        "an all-failed level fails the gate whatever SLOs are set"))
     limit = slos.get("max_ttft_p99_ms")
     if limit is not None:
@@ -96,8 +111,14 @@ def _check_slos(result: Mapping[str, Any], slos: Mapping[str, float | None]) -> 
     limit = slos.get("max_error_rate")
     if limit is not None:
         overall = result["overall"]
-        if overall["error_rate"] > limit:
-            violations.append(GateViolation("error_rate", overall["error_rate"], limit, "slo"))
+        failed, sent = failed_requests(overall)
+        rate = failed / sent if "requests" in overall and sent else float(overall["error_rate"])
+        if rate > limit:
+            cut = int(overall.get("cancelled", 0) or 0)
+            violations.append(GateViolation(
+                "error_rate", rate, limit, "slo",
+                detail=(f"error_rate = {rate:.4g} ({failed} of {sent} requests failed, {cut} of them cut off by "
+                        f"the time limit), SLO limit {limit:.4g}") if cut else ""))
     return violations
 
 
@@ -107,7 +128,7 @@ def level_breach(slos: Mapping[str, float | None]) -> Callable[[Mapping[str, Any
     per_level = {k: v for k, v in slos.items() if k != "min_output_tokens_per_s"}
 
     def breach(level: Mapping[str, Any]) -> str | None:
-        found = _check_slos({"levels": [level], "overall": {"error_rate": level["error_rate"]}}, per_level)
+        found = _check_slos({"levels": [level], "overall": level}, per_level)
         return found[0].message if found else None
 
     return breach
@@ -124,8 +145,8 @@ def _ok_requests(level: Mapping[str, Any]) -> int:
 
 def _violation(m: MetricJudgement) -> GateViolation:
     return GateViolation(m.metric, m.new_median if m.new_median is not None else math.nan,
-                         m.baseline_median if m.baseline_median is not None else math.nan, "regression",
-                         m.concurrency, detail=m.describe())
+                         m.baseline_median if m.baseline_median is not None else math.nan,
+                         "evidence" if m.verdict == FAILED else "regression", m.concurrency, detail=m.describe())
 
 
 def assess(
@@ -138,12 +159,17 @@ def assess(
     strict: bool = False,
     min_requests: int = REGRESSION_MIN_REQUESTS,
 ) -> tuple[Judgement, list[GateViolation]]:
-    """The regression judgement of ``result`` against ``baseline``, and every SLO and regression
-    violation (empty: the run passes). ``slos`` are used as given (see :func:`merged_slos`)."""
+    """The regression judgement of ``result`` against ``baseline``, and every SLO, regression and evidence
+    violation (empty: the run passes). ``slos`` are used as given (see :func:`merged_slos`). Every metric
+    judged failed is a violation whatever ``strict`` is; a level without a successful request is named
+    once, by the judgement's words (its cause and the requests that would decide)."""
     judgement = judge(result, baseline, confidence=confidence, tolerance=max_regression, min_requests=min_requests)
-    violations = _check_slos(result, slos)
-    failing = (REGRESSED, INCONCLUSIVE) if strict else (REGRESSED,)
-    violations += [_violation(m) for m in judgement.metrics if m.verdict in failing]
+    judged = [m for m in judgement.metrics
+              if m.verdict in ((FAILED, REGRESSED, INCONCLUSIVE) if strict else (FAILED, REGRESSED))]
+    dead = {m.concurrency for m in judged if m.metric == "successful_requests"}
+    violations = [v for v in _check_slos(result, slos)
+                  if not (v.metric == "successful_requests" and v.concurrency in dead)]
+    violations += [_violation(m) for m in judged]
     return judgement, violations
 
 

@@ -30,8 +30,22 @@ when both runs have at least :data:`MIN_ROUNDS` rounds of a metric, the observat
 rounds' medians, so the interval carries the variation between rounds, not just between requests.
 Otherwise (old baselines, levels too small to split) the requests themselves are compared.
 
-A level with fewer than ``min_requests`` successful requests in either run is inconclusive; a level
-the baseline lacks is skipped. A run of another model (the served name changed) starts a new baseline.
+**No pass by absence.** Missing evidence is a verdict of its own, **failed**, never a pass; each such
+judgement's note names the cause and ``needed_requests`` the requests per level that would decide:
+
+- a level of the new run where no request succeeded (every one errored, or was cut off by the level's
+  time bound, ``max_seconds_per_level``): judged even without a baseline, as metric ``successful_requests``;
+- a metric with fewer than ``min_requests`` samples in either run (at least ``min_requests`` would
+  decide; more where the samples already give an interval that straddles the limit);
+- a baseline with samples but no level in common with the new run: "measure at concurrency X".
+
+A metric neither run has a sample of (TPOT of non-streamed or one-token answers) is skipped, as is a level
+the baseline lacks. Requests cut off by the time bound count as failed requests in the error-rate
+comparison: errors + cancelled over requests + cancelled, in both runs (a level's ``error_rate``, as the
+tables show it, leaves them out). The run's verdict is the worst of its metrics: failed > regressed >
+inconclusive > pass. It is "new baseline" only when there is nothing to judge against: no earlier good run,
+another served model, another benchmark profile, or a baseline that kept no samples (old records); a level
+without a successful request fails the run even then.
 """
 
 from __future__ import annotations
@@ -53,6 +67,9 @@ MIN_ROUNDS = 5
 
 PASS, REGRESSED, INCONCLUSIVE, SKIPPED = "pass", "regressed", "inconclusive", "skipped"
 NEW_BASELINE = "new baseline"
+FAILED = "failed"  # the evidence to judge is missing: fails the gate whatever ``strict`` is
+# The run's verdict is the first of these any metric has (else NEW_BASELINE).
+VERDICT_RANK = (FAILED, REGRESSED, INCONCLUSIVE, PASS)
 
 
 @dataclass(frozen=True)
@@ -93,8 +110,9 @@ class MetricJudgement:
 
 @dataclass
 class Judgement:
-    """Every metric's judgement and the run's verdict: regressed if any metric is, else inconclusive
-    if any is, else pass (or "new baseline" when there is nothing comparable to judge against)."""
+    """Every metric's judgement and the run's verdict: failed if any metric is (missing evidence), else
+    regressed if any is, else inconclusive if any is, else pass (or "new baseline" when there is nothing
+    to judge against: see the module docstring)."""
 
     verdict: str
     confidence: float
@@ -107,8 +125,8 @@ class Judgement:
 
     @property
     def needed_requests(self) -> int | None:
-        """Requests per level (in both runs) that would make every inconclusive metric conclusive."""
-        needed = [m.needed_requests for m in self.of(INCONCLUSIVE) if m.needed_requests]
+        """Requests per level (in both runs) that would decide every failed and inconclusive metric."""
+        needed = [m.needed_requests for m in self.of(FAILED) + self.of(INCONCLUSIVE) if m.needed_requests]
         return max(needed) if needed else None
 
     def as_dict(self) -> dict[str, Any]:
@@ -165,13 +183,17 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
                  new_rounds: Sequence[int] | None = None, base_rounds: Sequence[int] | None = None
                  ) -> MetricJudgement:
     """Compare two samples of one metric (see the module docstring); by round when both have the
-    rounds' sizes for it (``new_rounds``/``base_rounds``) and enough rounds."""
+    rounds' sizes for it (``new_rounds``/``base_rounds``) and enough rounds. Fewer than ``min_requests``
+    samples in either run is :data:`FAILED`, naming the requests per level that would decide; no sample
+    in either run is :data:`SKIPPED` (the metric is not defined for these requests)."""
     import statistics
 
     common: dict[str, Any] = {"metric": metric, "concurrency": concurrency, "n_baseline": len(base), "n_new": len(new)}
+    if not new and not base:
+        return MetricJudgement(verdict=SKIPPED, note="no sample in either run", **common)
     if len(new) < min_requests or len(base) < min_requests:
-        return MetricJudgement(verdict=INCONCLUSIVE, needed_requests=min_requests,
-                               note=f"fewer than {min_requests} samples", **common)
+        return _too_few(metric, new, base, confidence=confidence, tolerance=tolerance, min_requests=min_requests,
+                        common=common)
     if statistics.median(base) <= 0:  # e.g. TPOT when most answers came in one chunk: no relative change
         return MetricJudgement(verdict=SKIPPED, baseline_median=0.0, new_median=statistics.median(new),
                                note="baseline median 0", **common)
@@ -187,6 +209,17 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
     else:
         units_n, per_unit = min(len(new), len(base)), 1.0
         change, low, high, p = _shift_interval(new, base, confidence)
+    verdict, facing, limit = _decide(metric, change, low, high, tolerance)
+    needed = None
+    if verdict == INCONCLUSIVE:
+        needed = min(MAX_NEEDED_REQUESTS, math.ceil(_needed(units_n, change, facing, limit) * per_unit))
+    return MetricJudgement(
+        verdict=verdict, baseline_median=statistics.median(base), new_median=statistics.median(new),
+        change=change, low=low, high=high, p_value=p, needed_requests=needed, note=note, **common)
+
+
+def _decide(metric: str, change: float, low: float, high: float, tolerance: float) -> tuple[str, float, float]:
+    """The verdict of an interval against the tolerance, the bound facing the limit, and the limit."""
     # "worse" is a rise in latency beyond 1 + tolerance times the baseline, or a drop in tokens/s below
     # 1 / (1 + tolerance) of it (the same slowdown seen from the other side)
     if metric in LOWER_IS_WORSE:
@@ -197,13 +230,68 @@ def judge_metric(metric: str, concurrency: int, new: Sequence[float], base: Sequ
         limit = tolerance
         bad, good = low > limit, high <= limit
         facing = low if change > limit else high
-    verdict = REGRESSED if bad else PASS if good else INCONCLUSIVE
-    needed = None
-    if verdict == INCONCLUSIVE:
-        needed = min(MAX_NEEDED_REQUESTS, math.ceil(_needed(units_n, change, facing, limit) * per_unit))
+    return (REGRESSED if bad else PASS if good else INCONCLUSIVE), facing, limit
+
+
+def _too_few(metric: str, new: Sequence[float], base: Sequence[float], *, confidence: float, tolerance: float,
+             min_requests: int, common: dict[str, Any]) -> MetricJudgement:
+    """:data:`FAILED` for too few samples: the requests per level that would decide are at least
+    ``min_requests``, more when the samples give an interval that straddles the limit (:func:`_needed`)."""
+    import statistics
+
+    needed, numbers = min_requests, dict[str, Any]()
+    if len(new) >= 2 and len(base) >= 2 and statistics.median(base) > 0:  # an interval exists
+        change, low, high, p = _shift_interval(new, base, confidence)
+        verdict, facing, limit = _decide(metric, change, low, high, tolerance)
+        if verdict == INCONCLUSIVE:
+            needed = max(min_requests, _needed(min(len(new), len(base)), change, facing, limit))
+        numbers = {"baseline_median": statistics.median(base), "new_median": statistics.median(new),
+                   "change": change, "low": low, "high": high, "p_value": p}
     return MetricJudgement(
-        verdict=verdict, baseline_median=statistics.median(base), new_median=statistics.median(new),
-        change=change, low=low, high=high, p_value=p, needed_requests=needed, note=note, **common)
+        verdict=FAILED, needed_requests=needed, **numbers, **common,
+        note=(f"{len(new)} samples in this run and {len(base)} in the baseline, fewer than {min_requests}: "
+              f"about {needed} requests per level (in both runs) would decide"))
+
+
+def no_success_cause(level: Mapping[str, Any], *, max_seconds: float | None = None) -> str:
+    """Why a level has no successful request, in words: its errors and its requests cut off by the time
+    bound (``cancelled``), e.g. "every request failed at concurrency 4 (16 of 16: 16 cut off by the time
+    limit)"."""
+    c = level["concurrency"]
+    errors, cancelled = int(level.get("errors", 0)), int(level.get("cancelled", 0) or 0)
+    sent = int(level.get("requests", 0)) + cancelled
+    if sent == 0:
+        return f"no request was measured at concurrency {c}"
+    parts = []
+    if errors:
+        parts.append(f"{errors} errors ({level['error_kinds']})" if level.get("error_kinds") else f"{errors} errors")
+    if cancelled:
+        bound = f", max_seconds_per_level {max_seconds:g} s" if max_seconds else ""
+        parts.append(f"{cancelled} cut off by the time limit{bound}")
+    return f"every request failed at concurrency {c} ({sent} of {sent}: {', '.join(parts) or 'errors'})"
+
+
+def failed_requests(level: Mapping[str, Any]) -> tuple[int, int]:
+    """A level's (failed, sent) requests as the gate counts them: its errors and the requests cut off by
+    its time bound (``cancelled``), over all it sent. Unlike the level's ``error_rate`` (errors over
+    finished requests, as the tables show it), a cut-off request counts against the candidate."""
+    cancelled = int(level.get("cancelled", 0) or 0)
+    return int(level.get("errors", 0)) + cancelled, int(level.get("requests", 0)) + cancelled
+
+
+def _successful(level: Mapping[str, Any]) -> int:
+    return int(level.get("requests", 0)) - int(level.get("errors", 0))
+
+
+def _dead_level(level: Mapping[str, Any], result: Mapping[str, Any], min_requests: int) -> MetricJudgement:
+    """:data:`FAILED` for a level of the new run without a successful request."""
+    cause = no_success_cause(level, max_seconds=result.get("max_seconds_per_level"))
+    advice = ("; raise max_seconds_per_level or make the endpoint answer within it"
+              if level.get("cancelled") else "")
+    return MetricJudgement(
+        "successful_requests", level["concurrency"], FAILED, new_median=0.0, n_new=0,
+        needed_requests=min_requests,
+        note=f"{cause}: at least {min_requests} successful requests at this level would decide{advice}")
 
 
 def wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
@@ -216,7 +304,8 @@ def wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
 
 def judge_errors(concurrency: int, new: tuple[int, int], base: tuple[int, int], *, confidence: float
                  ) -> MetricJudgement:
-    """Error rates (errors, requests) compared as proportions: Newcombe's interval of the difference."""
+    """Error rates (failed, requests) compared as proportions: Newcombe's interval of the difference.
+    :func:`judge` passes :func:`failed_requests`: requests cut off by the time bound count as failed."""
     (k1, n1), (k2, n2) = new, base
     common: dict[str, Any] = {"metric": "error_rate", "concurrency": concurrency, "n_baseline": n2, "n_new": n1}
     if n1 < 1 or n2 < 1:
@@ -241,48 +330,77 @@ def judge_errors(concurrency: int, new: tuple[int, int], base: tuple[int, int], 
 
 def judge(result: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, confidence: float,
           tolerance: float, min_requests: int) -> Judgement:
-    """Judge ``result`` against ``baseline`` (a benchmark result with per-level ``samples``), level by level."""
+    """Judge ``result`` against ``baseline`` (a benchmark result with per-level ``samples``), level by level.
+
+    Missing evidence is :data:`FAILED`, not a pass (the module docstring lists the cases)."""
     if not 0.5 <= confidence < 1:
         raise RayliftValueError(f"regression confidence must be in [0.5, 1), got {confidence}")
     if not 0 <= tolerance < 1:
         raise RayliftValueError(f"regression tolerance (max_regression) must be in [0, 1), got {tolerance}")
     out = Judgement(NEW_BASELINE, confidence, tolerance)
-    if not baseline:
-        out.note = "no earlier good run: this run becomes the baseline"
+    dead = {lv["concurrency"]: _dead_level(lv, result, min_requests)
+            for lv in result["levels"] if _successful(lv) <= 0}
+    reason = _new_baseline_reason(result, baseline)
+    if reason is not None:
+        cause, consequence = reason
+        out.metrics = list(dead.values())
+        if dead:  # nothing to compare with, but a level that measured nothing is no baseline either
+            out.verdict = FAILED
+            out.note = (f"{cause}, and no request succeeded at concurrency {', '.join(map(str, dead))}: "
+                        "this run cannot become the baseline")
+        else:
+            out.note = f"{cause}: {consequence}"
         return out
-    if result.get("model") and baseline.get("model") and result["model"] != baseline["model"]:
-        out.note = (f"the served model changed ({baseline['model']!r} -> {result['model']!r}): "
-                    "this run starts a new baseline")
-        return out
-    if result.get("profile") and baseline.get("profile") and result["profile"] != baseline["profile"]:
-        # other prompt and output lengths measure other requests: a longer answer is no slower release
-        out.note = (f"the benchmark profile changed ({_profile_name(baseline['profile'])} -> "
-                    f"{_profile_name(result['profile'])}): this run starts a new baseline; keep the profile "
-                    "from run to run to judge releases")
-        return out
+    assert baseline is not None
     base_levels = {lv["concurrency"]: lv for lv in baseline.get("levels", []) if lv.get("samples")}
-    if not base_levels:
-        out.note = "the last good run kept no per-request samples: this run becomes the baseline"
-        return out
     for level in result["levels"]:
         c = level["concurrency"]
         base, new = base_levels.get(c), level.get("samples")
-        if base is None or new is None:
+        if c in dead:
+            out.metrics.append(dead[c])
+        elif new is None:
+            out.metrics.append(MetricJudgement(
+                "*", c, FAILED, needed_requests=min_requests,
+                note=f"this run kept no per-request samples at concurrency {c}: nothing to judge"))
+        elif base is None:
             out.metrics.append(MetricJudgement("*", c, SKIPPED, note="no samples of this level in the baseline"))
-            continue
-        b = base["samples"]
-        for metric in SAMPLE_METRICS:
-            out.metrics.append(judge_metric(
-                metric, c, new[metric], b[metric], confidence=confidence, tolerance=tolerance,
-                min_requests=min_requests, new_rounds=(new.get("round_sizes") or {}).get(metric),
-                base_rounds=(b.get("round_sizes") or {}).get(metric)))
-        out.metrics.append(judge_errors(c, (new["errors"], new["ok"] + new["errors"]),
-                                        (b["errors"], b["ok"] + b["errors"]), confidence=confidence))
+        else:
+            b = base["samples"]
+            for metric in SAMPLE_METRICS:
+                out.metrics.append(judge_metric(
+                    metric, c, new[metric], b[metric], confidence=confidence, tolerance=tolerance,
+                    min_requests=min_requests, new_rounds=(new.get("round_sizes") or {}).get(metric),
+                    base_rounds=(b.get("round_sizes") or {}).get(metric)))
+        if base is not None:  # cut-off requests count as failed ones, in both runs
+            out.metrics.append(judge_errors(c, failed_requests(level), failed_requests(base), confidence=confidence))
+    if not any(lv["concurrency"] in base_levels for lv in result["levels"]):
+        levels = ", ".join(str(c) for c in sorted(base_levels))
+        first = min(base_levels)
+        out.note = (f"no level comparable with the baseline: measure at concurrency {levels} (the baseline's "
+                    f"levels), at least {min_requests} requests per level")
+        out.metrics.append(MetricJudgement("*", first, FAILED, n_baseline=_successful(base_levels[first]),
+                                           needed_requests=min_requests, note=out.note))
     verdicts = {m.verdict for m in out.metrics}
-    out.verdict = next((v for v in (REGRESSED, INCONCLUSIVE, PASS) if v in verdicts), NEW_BASELINE)
-    if out.verdict == NEW_BASELINE:
-        out.note = "no level in common with the last good run: this run becomes the baseline"
+    out.verdict = next((v for v in VERDICT_RANK if v in verdicts), NEW_BASELINE)
     return out
+
+
+def _new_baseline_reason(result: Mapping[str, Any], baseline: Mapping[str, Any] | None
+                         ) -> tuple[str, str] | None:
+    """Why ``result`` has nothing to be judged against, and what follows (it starts a new baseline), or None."""
+    if not baseline:
+        return "no earlier good run", "this run becomes the baseline"
+    if result.get("model") and baseline.get("model") and result["model"] != baseline["model"]:
+        return (f"the served model changed ({baseline['model']!r} -> {result['model']!r})",
+                "this run starts a new baseline")
+    if result.get("profile") and baseline.get("profile") and result["profile"] != baseline["profile"]:
+        # other prompt and output lengths measure other requests: a longer answer is no slower release
+        return (f"the benchmark profile changed ({_profile_name(baseline['profile'])} -> "
+                f"{_profile_name(result['profile'])})",
+                "this run starts a new baseline; keep the profile from run to run to judge releases")
+    if not any(lv.get("samples") for lv in baseline.get("levels", [])):
+        return "the last good run kept no per-request samples", "this run becomes the baseline"
+    return None
 
 
 def _profile_name(profile: Any) -> str:
@@ -316,9 +434,12 @@ def format_judgement(judgement: Mapping[str, Any]) -> str:
                      pct.format(m["change"]), f"[{pct.format(m['low'])}, {pct.format(m['high'])}]",
                      m["verdict"]]
         lines.append(" ".join(cell.rjust(width) for cell, (_, width) in zip(cells, _COLUMNS)))
+    for m in judgement["metrics"]:  # the table cuts notes short: a failed judgement's cause in full
+        if m["verdict"] == FAILED:
+            lines.append(f"failed: {m['metric']} at concurrency {m['concurrency']}: {m['note']}")
     needed = judgement.get("needed_requests")
     if needed:
-        lines.append(f"inconclusive: about {needed} requests per level (in both runs) would decide every "
+        lines.append(f"about {needed} requests per level (in both runs) would decide every failed and "
                      "inconclusive metric" + (" (or more: a change right at the tolerance)"
                                                if needed >= MAX_NEEDED_REQUESTS else ""))
     return "\n".join(lines)
