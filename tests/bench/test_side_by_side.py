@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from statistics import median
 from typing import Any
 
 import httpx
@@ -51,7 +52,8 @@ def test_arms_run_the_same_rounds_at_once_each_measuring_its_own_server(
         assert mine["rounds"] == base["rounds"] == runner.rounds_for(8, mine["concurrency"])
         assert sum(base["samples"]["round_sizes"]["ttft_ms"]) == 16
         # each arm's samples are its own server's delays
-        assert 20 <= min(mine["samples"]["ttft_ms"]) and max(mine["samples"]["ttft_ms"]) < 60, mine["samples"]
+        # (the median: one request of the fast stub may read slow on a busy machine; none reads fast)
+        assert 20 <= min(mine["samples"]["ttft_ms"]) and median(mine["samples"]["ttft_ms"]) < 45, mine["samples"]
         assert min(base["samples"]["ttft_ms"]) >= 60
         # the stub has no /metrics: said per level, and the benchmark went on
         assert "unavailable" in mine["engine_metrics"] and "404" in base["engine_metrics"]["unavailable"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from raylift.bench.metrics import STAT_KEYS
+from raylift.bench.metrics import SAMPLE_METRICS, STAT_KEYS, percentile
 from raylift.bench.runner import format_table
 
 if TYPE_CHECKING:
@@ -178,6 +178,199 @@ def sweep_html(result: Mapping[str, Any]) -> str:
             f"{sweep['best_concurrency']}, {sweep['best_output_tokens_per_s']:.1f} output tok/s.</p>")
 
 
+COMPARED_QUANTILES = (50, 90, 99)
+_METRIC_NAMES = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "e2e_ms": "end-to-end (ms)",
+                 "output_tokens_per_s": "output tokens/s per request"}
+
+
+def _levels_by_concurrency(result: Mapping[str, Any] | None) -> dict[int, Mapping[str, Any]]:
+    return {lv["concurrency"]: lv for lv in (result or {}).get("levels") or [] if "concurrency" in lv}
+
+
+def _sample_values(level: Mapping[str, Any] | None, metric: str) -> list[float]:
+    values = ((level or {}).get("samples") or {}).get(metric) or []
+    return [float(v) for v in values if isinstance(v, int | float)]
+
+
+def compared_levels(result: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> list[int]:
+    """The concurrency levels both runs measured, in the candidate's order."""
+    base = _levels_by_concurrency(baseline)
+    return [c for c in _levels_by_concurrency(result) if c in base]
+
+
+def plot_comparison(result: Mapping[str, Any], baseline: Mapping[str, Any], path: Path) -> Path:
+    """Box plots of the per-request samples, baseline beside candidate: one row per level, one column per
+    metric the judgement compares (TTFT, TPOT, e2e, output tokens/s)."""
+    plt = _pyplot()
+    levels = compared_levels(result, baseline)
+    mine, base = _levels_by_concurrency(result), _levels_by_concurrency(baseline)
+    rows = max(1, len(levels))
+    fig, axes = plt.subplots(rows, len(SAMPLE_METRICS), figsize=(13, 2.6 * rows + 0.8), squeeze=False)
+    for row, c in enumerate(levels):
+        for col, metric in enumerate(SAMPLE_METRICS):
+            ax = axes[row][col]
+            data = [(label, values) for label, values in (("baseline", _sample_values(base[c], metric)),
+                                                          ("candidate", _sample_values(mine[c], metric)))
+                    if values]
+            if data:
+                ax.boxplot([values for _, values in data], orientation="horizontal", widths=0.6)
+                ax.set_yticks(range(1, len(data) + 1), [label for label, _ in data])
+            ax.set_title(f"{_METRIC_NAMES[metric]}, concurrency {c}", fontsize=9)
+            ax.grid(alpha=0.3)
+    if not levels:
+        axes[0][0].set_title("no level measured by both")
+    fig.suptitle("Candidate vs baseline, per request (same time window)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _num(value: Any, fmt: str = "{:.1f}") -> str:
+    return fmt.format(value) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
+
+
+def _pct(value: Any) -> str:
+    return _num(value, "{:+.1%}")
+
+
+def _quantile_rows(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    mine, base = _levels_by_concurrency(result), _levels_by_concurrency(baseline)
+    rows = []
+    for c in compared_levels(result, baseline):
+        for metric in SAMPLE_METRICS:
+            cells = [str(c), html.escape(_METRIC_NAMES[metric])]
+            medians = []
+            for level in (base[c], mine[c]):
+                values = sorted(_sample_values(level, metric))
+                cells.append(str(len(values)))
+                cells += [_num(percentile(values, q)) if values else "-" for q in COMPARED_QUANTILES]
+                medians.append(percentile(values, 50) if values else None)
+            b, n = medians
+            cells.append(_pct(n / b - 1) if b and n is not None else "-")
+            rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return rows
+
+
+def _stat_cell(stats: Any, fmt: str = "{:.1f}") -> str:
+    if not isinstance(stats, Mapping):
+        return "-"
+    return f"{_num(stats.get('mean'), fmt)} / {_num(stats.get('max'), fmt)}"
+
+
+def engine_rows(runs: Sequence[tuple[str, Mapping[str, Any] | None]]) -> list[str]:
+    """Per level and run: the client's figures, the engine's (``engine_metrics``) and ``goodput``."""
+    levels: list[int] = []
+    for _, run in runs:
+        levels += [c for c in _levels_by_concurrency(run) if c not in levels]
+    rows = []
+    for c in levels:
+        for label, run in runs:
+            level = _levels_by_concurrency(run).get(c)
+            if level is None:
+                continue
+            engine = level.get("engine_metrics") or {}
+            good = level.get("goodput") or {}
+            if engine.get("unavailable"):
+                engine_cells = [f'<td colspan="4">unavailable: {html.escape(str(engine["unavailable"]))}</td>']
+            elif engine:
+                engine_cells = [f"<td>{_stat_cell(engine.get('waiting'))}</td>",
+                                f"<td>{_stat_cell(engine.get('running'))}</td>",
+                                f"<td>{_stat_cell(engine.get('kv_cache_usage'), '{:.0%}')}</td>",
+                                f"<td>{_num(engine.get('preemptions'), '{:.0f}')}</td>"]
+            else:
+                engine_cells = ['<td colspan="4">not sampled</td>']
+            if good.get("unavailable"):
+                good_cells = [f'<td colspan="2">{html.escape(str(good["unavailable"]))}</td>']
+            elif good:
+                good_cells = [f"<td>{_num(good.get('goodput_rps'), '{:.2f}')}</td>",
+                              f"<td>{_num(good.get('share'), '{:.0%}')}</td>"]
+            else:
+                good_cells = ['<td colspan="2">no SLOs given</td>']
+            ttft = level.get("ttft_ms") or {}
+            rows.append(
+                f"<tr><td>{c}</td><td>{html.escape(label)}</td><td>{_num(level.get('scale', 1), '{}')}</td>"
+                f"<td>{_num(level.get('requests'), '{}')}</td><td>{_num(level.get('requests_per_s'), '{:.2f}')}</td>"
+                f"<td>{_num(level.get('output_tokens_per_s'))}</td><td>{_num(ttft.get('p99'))}</td>"
+                + "".join(engine_cells) + "".join(good_cells) + "</tr>")
+    return rows
+
+
+_ENGINE_HEAD = ("<tr><th>concurrency</th><th>run</th><th>scale</th><th>requests</th><th>req/s</th>"
+                "<th>output tok/s</th><th>TTFT p99 (ms)</th><th>waiting mean / max</th><th>running mean / max</th>"
+                "<th>KV cache mean / max</th><th>preemptions</th><th>goodput (req/s)</th><th>within SLOs</th></tr>")
+
+
+def engine_html(runs: Sequence[tuple[str, Mapping[str, Any] | None]], *, heading: str = "h2") -> str:
+    """The engine metrics and goodput table; empty when no level of any run has either."""
+    has = any(lv.get("engine_metrics") or lv.get("goodput")
+              for _, run in runs for lv in (run or {}).get("levels") or [])
+    if not has:
+        return ""
+    slos = next((lv["goodput"].get("slos") for _, run in runs for lv in (run or {}).get("levels") or []
+                 if isinstance(lv.get("goodput"), Mapping) and lv["goodput"].get("slos") is not None), None)
+    note = (f"; goodput: requests/s that succeeded within every per-request limit {html.escape(json.dumps(slos))}"
+            if slos is not None else "")
+    return (f"<{heading}>Engine metrics and goodput</{heading}>\n<p>the engine's figures are vLLM's /metrics sampled "
+            f"while each level ran (KV cache: share of blocks in use){note}</p>\n"
+            f'<table id="engine" border="1" cellpadding="4">{_ENGINE_HEAD}{"".join(engine_rows(runs))}</table>')
+
+
+def release_html(release: Mapping[str, Any] | None) -> str:
+    """The release decision: action, verdict, its reasons, the change against what serves and since the anchor."""
+    if not release:
+        return ""
+    reasons = release.get("reasons") or []
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    items = "".join(f"<li>{html.escape(str(r))}</li>" for r in reasons)
+    return (f'<table id="release" border="1" cellpadding="4">'
+            f"<tr><th>decision</th><td>{html.escape(str(release.get('action', '-')))}</td></tr>"
+            f"<tr><th>verdict</th><td>{html.escape(str(release.get('verdict', '-')))}</td></tr>"
+            f"<tr><th>change against what serves (e2e, + slower)</th><td>{_pct(release.get('headline_change'))}</td></tr>"
+            f"<tr><th>drift since the anchor (compounded)</th><td>{_pct(release.get('cumulative_change'))}</td></tr>"
+            f"<tr><th>anchor run</th><td>{html.escape(str(release.get('anchor_run_id') or '-'))}</td></tr>"
+            f"</table>\n" + (f"<ul>{items}</ul>" if items else ""))
+
+
+def comparison_html(result: Mapping[str, Any], comparison: Mapping[str, Any] | None) -> str:
+    """The comparison section: the release decision, the verdict table, candidate vs baseline quantiles per
+    metric and level, and both arms' engine metrics and goodput. Empty without a comparison."""
+    if not comparison:
+        return ""
+    baseline = comparison.get("baseline")
+    judgement = comparison.get("judgement")
+    out = ['<section id="comparison">']
+    if baseline:
+        out.append("<h2>Candidate against the serving app, in the same time window</h2>\n"
+                   f"<p>baseline endpoint {html.escape(str(baseline.get('endpoint', '-')))}, model "
+                   f"{html.escape(str(baseline.get('model', '-')))}; same prompts and seeds, the same load per "
+                   "replica (the baseline's scale × the concurrency and the requests)</p>")
+    else:
+        out.append("<h2>Release decision</h2>")
+    out.append(release_html(comparison.get("release")))
+    if judgement:
+        from raylift.bench.judgement import format_judgement
+
+        try:
+            table = format_judgement(judgement)
+        except (KeyError, TypeError, ValueError) as exc:  # a judgement of another shape: say so, keep the page
+            table = f"judgement not shown ({type(exc).__name__}: {exc}): {json.dumps(judgement, default=str)[:2000]}"
+        out.append(f'<h3>Verdict: {html.escape(str(judgement.get("verdict", "-")))}</h3>\n'
+                   f'<pre id="verdict">{html.escape(table)}</pre>')
+    if baseline:
+        head = "".join(f"<th>{arm} {q}</th>" for arm in ("baseline", "candidate")
+                       for q in ("n", *(f"p{q}" for q in COMPARED_QUANTILES)))
+        out.append("<h3>Per-request distributions</h3>\n"
+                   f'<table id="quantiles" border="1" cellpadding="4"><tr><th>concurrency</th><th>metric</th>{head}'
+                   f"<th>median change</th></tr>{''.join(_quantile_rows(result, baseline))}</table>")
+        out.append(engine_html([("candidate", result), ("baseline", baseline)], heading="h3"))
+    else:
+        out.append(engine_html([("this run", result)], heading="h3"))
+    out.append("</section>")
+    return "\n".join(part for part in out if part)
+
+
 def report_title(result: Mapping[str, Any]) -> str:
     """The page title: app, model and target, so a tab or a saved file says what was measured."""
     return (f"raylift benchmark: app {result.get('app', '-')}, model {result.get('model', '-')}, "
@@ -185,19 +378,25 @@ def report_title(result: Mapping[str, Any]) -> str:
 
 
 def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *, title: str,
-               peers: Sequence[Mapping[str, Any]] = ()) -> Path:
-    """One HTML file with the table and the PNGs inlined (base64), viewable without a web server."""
+               peers: Sequence[Mapping[str, Any]] = (), comparison: Mapping[str, Any] | None = None) -> Path:
+    """One HTML file with the table and the PNGs inlined (base64), viewable without a web server; with
+    ``comparison`` (:func:`write_report`) its section after the table."""
     figures = "\n".join(
         f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
         for p in images
     )
     profile = html.escape(json.dumps(result.get("profile", {})))
     judgement = ""
-    if result.get("judgement"):  # the regression gate's verdict per metric and level (raylift.bench.judgement)
+    side_by_side = bool(comparison and comparison.get("baseline"))
+    if result.get("judgement") and not (side_by_side and comparison and comparison.get("judgement")):
+        # the regression gate's verdict per metric and level (raylift.bench.judgement); a canary's is in its
+        # comparison section
         from raylift.bench.judgement import format_judgement
 
         judgement = (f'<h2>Against the last good run: {html.escape(str(result["judgement"]["verdict"]))}</h2>\n'
                      f"<pre>{html.escape(format_judgement(result['judgement']))}</pre>")
+    section = comparison_html(result, comparison) if comparison else engine_html([("this run", result)])
+    section = "\n" + section if section else ""  # nothing new: the page as it always was
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}} pre{{background:#f4f4f4;padding:1em}} img{{max-width:100%}}</style>
@@ -208,7 +407,7 @@ started {html.escape(str(result.get("started_at", "")))}</p>
 <p>profile <code>{profile}</code></p>
 <pre>{html.escape(format_table(result))}</pre>
 {sweep_html(result)}
-{judgement}
+{judgement}{section}
 {cost_html(result, peers)}
 {figures}
 </body></html>
@@ -224,11 +423,15 @@ def write_report(
     name: str = "benchmark",
     history: Sequence[Mapping[str, Any]] | None = None,
     peers: Sequence[Mapping[str, Any]] = (),
+    comparison: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``<name>.json``, ``<name>.csv``, the PNGs and ``<name>.html`` under ``out_dir``.
 
     ``history`` (earlier results, oldest first; this run is appended if not last) adds the run-history
-    plot. Returns the paths by kind: json, csv, latency_png, throughput_png, [history_png], html.
+    plot. ``comparison`` (``{"baseline": the baseline arm's result or None, "judgement": Judgement.as_dict()
+    or None, "release": the release decision or None}``, any of them missing) adds the comparison section
+    (:func:`comparison_html`) and, with a baseline, the candidate-vs-baseline plot. Returns the paths by kind:
+    json, csv, latency_png, throughput_png, [history_png], [comparison_png], html.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -243,10 +446,13 @@ def write_report(
         if runs[-1] is not result:
             runs.append(result)
         paths["history_png"] = plot_history(runs, out / f"{name}-history.png")
+    baseline = (comparison or {}).get("baseline")
+    if baseline and compared_levels(result, baseline):
+        paths["comparison_png"] = plot_comparison(result, baseline, out / f"{name}-comparison.png")
     images = [p for key, p in paths.items() if key.endswith("_png")]
     paths["html"] = write_html(result, images, out / f"{name}.html",
                                title=report_title(result) if result.get("app") else f"raylift benchmark: {name}",
-                               peers=peers)
+                               peers=peers, comparison=comparison)
     return paths
 
 
@@ -289,12 +495,13 @@ def cost_peers(stored: Sequence[Mapping[str, Any]], result: Mapping[str, Any],
 
 def write_run_report(
     store: ObjectStore, run_prefix: str, result: Mapping[str, Any], *, history: Sequence[Mapping[str, Any]] = (),
-    peers: Sequence[Mapping[str, Any]] = (),
+    peers: Sequence[Mapping[str, Any]] = (), comparison: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Write the report files (:func:`write_report`) into ``run_prefix`` of a model store (a local
-    directory or S3); returns the store key of each file by kind."""
+    """Write the report files (:func:`write_report`, ``comparison`` included) into ``run_prefix`` of a model
+    store (a local directory or S3); returns the store key of each file by kind."""
     with tempfile.TemporaryDirectory(prefix="raylift-report-") as tmp:
-        paths = write_report(result, tmp, history=[*history, result] if history else None, peers=peers)
+        paths = write_report(result, tmp, history=[*history, result] if history else None, peers=peers,
+                             comparison=comparison)
         keys = {}
         for kind, path in paths.items():
             keys[kind] = f"{run_prefix}/{path.name}"
