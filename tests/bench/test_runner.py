@@ -120,3 +120,13 @@ def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: 
     assert broken["ttft_ms"]["p99"] > 150 and slow["sweep"]["best_concurrency"] != broken["concurrency"]
     with pytest.raises(RayliftValueError, match="unknown keys"):
         run_benchmark(url, "stub", sweep={"max": 8})
+
+
+def test_rounds_the_time_limit_never_sent_count_as_cut_off(stub: Callable[..., str]) -> None:
+    """Every planned request is accounted for: a round the level's time ran out before is cut off (cancelled),
+    not dropped, so the gate counts it against the candidate (seen failing: 8 of 16 vanished before the fix)."""
+    result = run_benchmark(stub(ttft_ms=400, itl_ms=1), "stub", concurrency=[1], requests_per_level=16,
+                           max_seconds_per_level=1.0, size_prompts_by_tokenizer=False)
+    (level,) = result["levels"]
+    assert level["cancelled"] >= 8, level
+    assert level["requests"] - level["errors"] + level["cancelled"] == 16, level

@@ -57,6 +57,12 @@ def _levels(concurrency: list[int] | None, *, requests_per_level: int, max_secon
     return levels
 
 
+def _every_request_counted(outcome: RunOutcome, planned: int) -> RunOutcome:
+    """A round's outcome with the requests the time bound kept from starting counted as cut off too (the load
+    generator counts only those in flight): every planned request is a record or cut off, none vanishes."""
+    return RunOutcome(outcome.records, outcome.duration_s, max(outcome.cancelled, planned - len(outcome.records)))
+
+
 def _level_result(c: int, outcomes: list[RunOutcome], *, slos: Mapping[str, float | None] | None,
                   monitor: EngineMonitor | None) -> dict[str, Any]:
     """One level's entry of a result, from the outcomes of its rounds (in order)."""
@@ -153,7 +159,7 @@ async def arun_benchmark(
             async with monitor.during(c) if monitor is not None else contextlib.nullcontext():
                 outcome = await gen.run_concurrency(rounds[r], c, max_seconds=deadline[c], progress=tell)
             deadline[c] -= outcome.duration_s
-            per_level[c].append(outcome)
+            per_level[c].append(_every_request_counted(outcome, len(rounds[r])))
 
         if warmup_requests:  # untimed, other prompts than the measured ones (seed offset 0: no level has it)
             warmup = await size_prompts(tokenizer, generate_requests(spec, warmup_requests, seed_offset=0))
@@ -188,6 +194,8 @@ async def arun_benchmark(
                 for c in levels_wanted:
                     if r < len(plan[c]) and deadline[c] > 0:
                         await run_round(c, r, plan[c])
+                    elif r < len(plan[c]):  # the level's time ran out before this round: its requests are cut off
+                        per_level[c].append(RunOutcome([], 0.0, len(plan[c][r])))
     levels = [_level_result(c, per_level[c], slos=slos, monitor=monitor) for c in levels_wanted]
     if progress is not None:
         total = sum(len(o.records) for c in levels_wanted for o in per_level[c])
@@ -365,7 +373,10 @@ async def arun_side_by_side(
                     outcomes = await asyncio.gather(*(arm_round(a, c, r) for a in labels))
                     deadline[c] -= max(o.duration_s for o in outcomes)
                     for a, outcome in zip(labels, outcomes):
-                        per_level[a][c].append(outcome)
+                        per_level[a][c].append(_every_request_counted(outcome, len(plan[c][a][r])))
+                elif r < len(plan[c][labels[0]]):  # the level's time ran out: this round's requests are cut off
+                    for a in labels:
+                        per_level[a][c].append(RunOutcome([], 0.0, len(plan[c][a][r])))
     results: dict[str, dict[str, Any]] = {}
     for a in labels:
         levels = [{**_level_result(c, per_level[a][c], slos=slos, monitor=monitors.get(a)),
