@@ -29,7 +29,8 @@ def test_triggered_run_succeeds_and_benchmark_summary_is_in_xcom(
     assert deployed["conf"]["served_name"] == "tiny-test" and deployed["triggered_by"] == "rest_api"
     states = airflow.task_states("raylift_deploy", DEPLOY_RUN_ID)
     assert states.pop("fail_run_if_any_failed") == "skipped"  # the watcher runs only when a step failed
-    assert states.pop("rollback_if_unproven") == "skipped"  # so does the rollback guard
+    assert states.pop("rollback") == "skipped"  # so does the rollback step
+    assert states.pop("approve_release") == "skipped"  # the gate promoted: nobody was asked
     assert set(states.values()) == {"success"}, states
 
     summary = airflow.xcom("raylift_deploy", DEPLOY_RUN_ID, "benchmark")

@@ -39,6 +39,8 @@ def conf(cluster: str, version: str, **overrides: Any) -> dict[str, Any]:
         "app_args": {"version": version},
         "requests_per_level": 4,
         "concurrency": [1],
+        # about leases and clusters, not the release gate: applied directly (the translator has no benchmark)
+        "release": "direct",
     } | overrides
 
 
@@ -118,9 +120,9 @@ def test_dev_and_prod_keep_their_own_last_good_and_a_failed_prod_release_restore
     assert resp.status_code == 200, resp.text
     run = airflow.wait_run(DEPLOY, "prod_2", timeout_s=RUN_TIMEOUT_S)
     assert run["state"] == "failed", run
-    log = airflow.task_log(DEPLOY, "prod_2", "deploy", try_number=airflow_tries(stack, "prod_2", "deploy"))
-    # the task log keeps the error as Airflow renders it (quotes escaped)
-    assert re.search(r"Rolled back: restored app \\?'translator\\?' from the last good config \(run prod_1\)", log), log[-3000:]
+    log = airflow.task_log(DEPLOY, "prod_2", "rollback", try_number=airflow_tries(stack, "prod_2", "rollback"))
+    # the rollback step's log keeps it as Airflow renders it (quotes escaped)
+    assert re.search(r"restored app \\?'translator\\?' from the last good config \(run prod_1\)", log), log[-3000:]
     assert deployed_version(clusters["prod"]) == "prod-1" and serving_version(clusters["prod"]) == "prod-1"
     assert deployed_version(clusters["dev"]) == "dev-c"  # dev never touched by prod's release
     states = airflow.task_states(DEPLOY, "prod_2")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from raylift.config import DEFAULT_APP_NAME, DEPLOY_DAG_ID
+from raylift.config import DEFAULT_APP_NAME, DEPLOY_DAG_ID, SCHEDULED_ON_INCONCLUSIVE
 from raylift.errors import RayliftValueError, RedeployError
 from raylift.operators.base import TargetOperator
 
@@ -175,6 +175,8 @@ class LastGoodConfOperator(TargetOperator):
                 "be replayed; keep secrets in Airflow connections, or run raylift_deploy with a full conf."
             )
         conf["cluster_conn_id"] = self.cluster_conn_id or None  # the replay lands on the cluster whose state it read
+        # nobody is there to approve a scheduled release: an inconclusive one keeps what serves (the canary goes)
+        conf["on_inconclusive"] = SCHEDULED_ON_INCONCLUSIVE
         if model:
             conf.update(model_source=model["uri"], model_id=model["model_id"], revision=model["revision"])
         self.log.info(
