@@ -1,7 +1,9 @@
 """raylift_deploy: model source -> benchmarked OpenAI-compatible endpoint on Ray Serve + vLLM.
 
-build artifact -> stage model -> acquire the cluster's lease -> scale cluster -> wait ready -> deploy -> smoke test
--> benchmark -> run record (promote) or rollback -> release the lease.
+build artifact -> stage model -> acquire the cluster's lease -> scale cluster -> wait ready -> deploy (a changed app
+as a canary beside the serving one) -> smoke test -> benchmark (the canary and the serving app in the same
+rounds) -> gate (raylift.release decides) -> [approve_release, when held] -> promote, or rollback -> run record
+-> release the lease.
 All logic lives in the raylift package; the cluster_conn_id Param (or target) picks the cluster. Runs of different
 clusters go side by side; runs of one cluster are serialised by its writer lease, not by max_active_runs.
 """
@@ -13,12 +15,15 @@ from datetime import datetime
 from airflow.sdk import DAG, chain
 
 from raylift.dag_params import deploy_params
+from raylift.operators.approval import ReleaseApprovalOperator
 from raylift.operators.benchmark import BenchmarkOperator
 from raylift.operators.build import BuildArtifactOperator
 from raylift.operators.cluster import ScaleClusterOperator
 from raylift.operators.deploy import ServeDeployOperator
+from raylift.operators.gate import ReleaseGateOperator
 from raylift.operators.guard import RollbackUnprovenOperator
 from raylift.operators.lease import AcquireClusterLeaseSensor, ReleaseClusterLeaseOperator
+from raylift.operators.promote import PromoteReleaseOperator
 from raylift.operators.record import FailRunIfAnyFailedOperator, RunRecordOperator
 from raylift.operators.smoke import SmokeTestOperator
 from raylift.operators.stage import StageModelOperator
@@ -70,6 +75,7 @@ with DAG(
         autoscaling="{{ params.autoscaling }}",
         route_prefix="{{ params.route_prefix }}",
         surge_replicas="{{ params.surge_replicas }}",
+        release="{{ params.release }}",
         **RELEASE,
     )
     smoke = SmokeTestOperator(
@@ -92,10 +98,28 @@ with DAG(
         cost="{{ params.cost }}",
         sweep="{{ params.sweep }}",
         slos="{{ params.slos }}",
+        **RELEASE,
+    )
+    gate = ReleaseGateOperator(
+        task_id="gate",
+        app_name="{{ params.app_name }}",
+        deployed=deploy.output,
+        slos="{{ params.slos }}",
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",
+        on_inconclusive="{{ params.on_inconclusive }}",
         regression_strict="{{ params.regression_strict }}",
+        max_cumulative_regression="{{ params.max_cumulative_regression }}",
         regression_baseline="{{ params.regression_baseline }}",
+        approval_timeout_minutes="{{ params.approval_timeout_minutes }}",
+        **RELEASE,
+    )
+    approve = ReleaseApprovalOperator(task_id="approve_release")  # only when the gate holds the release
+    promote = PromoteReleaseOperator(
+        task_id="promote",
+        app_name="{{ params.app_name }}",
+        deployed=deploy.output,
+        surge_replicas="{{ params.surge_replicas }}",
         **RELEASE,
     )
     record = RunRecordOperator(
@@ -106,14 +130,22 @@ with DAG(
             "deployed": deploy.output,
             "smoke": smoke.output,
             "benchmark": benchmark.output,
+            "release": "{{ ti.xcom_pull(task_ids='approve_release', key='decision') "
+                       "or ti.xcom_pull(task_ids='gate', key='decision') }}",
+            "promote": promote.output,
         },
         **TARGET,  # writes the run's record, not the cluster: outside the lease (it also records a run that never got it)
     )
-    # runs when deploy, smoke test or benchmark failed: restores the app if this run's config is still serving
-    rollback = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="{{ params.app_name }}", **RELEASE)
+    # runs when a step failed or the release was rejected (the gate or the approval fails, so promote is
+    # upstream_failed): removes the canary, restores the app if this run's config is still serving
+    rollback = RollbackUnprovenOperator(task_id="rollback", app_name="{{ params.app_name }}", **RELEASE)
     release = ReleaseClusterLeaseOperator(task_id="release_cluster_lease", **TARGET)
-    chain(build, stage, acquire, scale, ready, deploy, smoke, benchmark, record)
-    [deploy, smoke, benchmark] >> rollback
+    chain(build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate)
+    gate >> [approve, promote]  # the gate follows one: promote, or approve_release (held)
+    approve >> promote
+    [deploy, smoke, benchmark, promote] >> rollback
+    [promote, rollback] >> record
     [record, rollback] >> release  # all_done: whatever happened
-    every_step = [build, stage, acquire, scale, ready, deploy, smoke, benchmark, record, rollback, release]
+    every_step = [build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate, approve, promote, record,
+                  rollback, release]
     every_step >> FailRunIfAnyFailedOperator(task_id="fail_run_if_any_failed")

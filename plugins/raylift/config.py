@@ -197,12 +197,16 @@ BENCHMARK_ROUND_WAVES = 2
 # run of seed 004 used --timeout 1800 for 176 requests at concurrency 22; the bound is a Param for that.
 DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S = 120.0
 MAX_BENCHMARK_LEVEL_TIMEOUT_S = 7200
-# A regression (and nothing else) seen by the benchmark is confirmed before it rolls back: after this pause
-# a second benchmark is judged on its own, and only a second "regressed" rolls back. Slow spells that
-# last tens of seconds hit back-to-back runs alike: in ten REST-triggered redeploys of one config on an
-# idle stack, two consecutive runs ~30 s apart were both judged regressed (TTFT 66 vs 20 ms at c=1, the
-# rest of each stream in a burst) by a confirmation sent at once; the runs around them passed.
-REGRESSION_CONFIRM_PAUSE_S = float(os.environ.get("RAYLIFT_REGRESSION_CONFIRM_PAUSE_S", "60"))
+# Release decisions (raylift.release): what an inconclusive verdict does by default (hold: Airflow's approval
+# step, answered in the UI's Required Actions or through the REST API), how long that waits for a person, and
+# what it takes then. Scheduled redeploys (raylift_redeploy) pass on_inconclusive "fail": nobody is there to
+# answer, and failing keeps what serves (the canary goes) without holding a canary and the lease for an hour.
+DEFAULT_ON_INCONCLUSIVE = "hold"
+# The largest slowdown allowed since the anchor (releases chained); raylift.release owns how it is applied.
+DEFAULT_MAX_CUMULATIVE_REGRESSION = 0.10
+SCHEDULED_ON_INCONCLUSIVE = "fail"
+APPROVAL_TIMEOUT_MINUTES = 60.0
+APPROVAL_DEFAULT = "reject"
 # SLOs every benchmark is held to unless a Param sets the key (a given slos object is merged over
 # these, so {"max_ttft_p99_ms": 500} keeps max_error_rate 0); null in the Param turns one off.
 DEFAULT_SLOS: dict[str, float | None] = {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None,

@@ -7,9 +7,13 @@ from typing import Any
 from airflow.sdk import Param
 
 from raylift.config import (
+    APPROVAL_DEFAULT,
+    APPROVAL_TIMEOUT_MINUTES,
     DEFAULT_APP_NAME,
     DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S,
+    DEFAULT_MAX_CUMULATIVE_REGRESSION,
     DEFAULT_MAX_REGRESSION,
+    DEFAULT_ON_INCONCLUSIVE,
     DEFAULT_REGRESSION_CONFIDENCE,
     DEFAULT_REGRESSION_STRICT,
     DEFAULT_REQUESTS_PER_LEVEL,
@@ -174,26 +178,50 @@ def deploy_params() -> dict[str, Param]:
             additionalProperties=False,
             description="Release gates; null = not checked",
         ),
+        "release": Param(
+            "canary", type="string", enum=["canary", "direct"],
+            description="canary: a changed app starts as <app>-canary beside the serving one, is measured with it in "
+            "the same rounds, and replaces it only if the gate promotes it (no user request meets a rejected "
+            "candidate). direct: applied to the app itself and judged against the anchor's samples from another "
+            "moment. A first deploy is always direct",
+        ),
         "max_regression": Param(
             DEFAULT_MAX_REGRESSION, type="number", minimum=0, exclusiveMaximum=1,
-            description="Regression gate: the largest drop in output tokens/s, or rise in TTFT, allowed "
-            "against the last good run of this app (a fraction; levels with fewer than "
-            f"{REGRESSION_MIN_REQUESTS} requests are not compared)",
+            description="Regression gate: the largest slowdown of a metric (latency up, tokens/s down) allowed "
+            "against what serves (a fraction). Levels with fewer than "
+            f"{REGRESSION_MIN_REQUESTS} finished requests fail the gate",
+        ),
+        "max_cumulative_regression": Param(
+            DEFAULT_MAX_CUMULATIVE_REGRESSION, type="number", minimum=0, maximum=10,
+            description="Regression gate: the largest slowdown allowed since the anchor (the last release whose "
+            "verdict was a pass), this release's change chained onto those promoted since it",
         ),
         "regression_confidence": Param(
             DEFAULT_REGRESSION_CONFIDENCE, type="number", minimum=0.5, exclusiveMaximum=1,
-            description="Regression gate: confidence of each metric's interval for the change against the last "
-            "good run (Mann-Whitney / Hodges-Lehmann on per-request samples; see docs/benchmark-metrics.md)",
+            description="Regression gate: confidence of each metric's interval for the change "
+            "(Mann-Whitney / Hodges-Lehmann on per-request samples; see docs/benchmark-metrics.md)",
+        ),
+        "on_inconclusive": Param(
+            DEFAULT_ON_INCONCLUSIVE, type="string", enum=["hold", "pass", "fail"],
+            description="What an inconclusive verdict does: hold (an approval step in Required Actions / the REST "
+            "API), pass (promote; the anchor stays), fail (roll back). raylift_redeploy passes fail",
+        ),
+        "approval_timeout_minutes": Param(
+            APPROVAL_TIMEOUT_MINUTES, type="number", exclusiveMinimum=0, maximum=1440,
+            description="How long a held release waits for a person before approval_default applies",
+        ),
+        "approval_default": Param(
+            APPROVAL_DEFAULT, type="string", enum=["approve", "reject"],
+            description="A held release's outcome when nobody answers in time",
         ),
         "regression_strict": Param(
             DEFAULT_REGRESSION_STRICT, type="boolean",
-            description="Regression gate: fail (and roll back) when the judgement is inconclusive, not only "
-            "when a metric regressed",
+            description="The older spelling of on_inconclusive: fail (true wins over on_inconclusive)",
         ),
         "regression_baseline": Param(
             "last_good", type="string", enum=["last_good", "none"],
-            description="Regression gate's baseline: the last good run's samples, or none (start a new "
-            "baseline: use after the cluster or machine changed under an unchanged app; SLOs still apply)",
+            description="last_good: judge against the anchor (direct) and chain changes since it (canary). none: "
+            "start a new anchor (after the cluster or machine changed under an unchanged app; SLOs still apply)",
         ),
     }
     return params

@@ -5,7 +5,9 @@ only for a run that left none), while the app still runs what that run wrote. A 
 config leaves ``applied/<run>.json`` (written before the PUT): "applied, not yet proven" until the run's
 config is recorded good, which ``raylift.rollback.restore_unproven`` acts on whatever failed. Keys:
 ``_raylift/<cluster>/<app>/last_good.json``, ``_raylift/<cluster>/<app>/pre_deploy/<run>.json``,
-``_raylift/<cluster>/<app>/applied/<run>.json``, ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
+``_raylift/<cluster>/<app>/applied/<run>.json``, ``_raylift/<cluster>/<app>/canary/<run>.json`` (a canary
+release's plan: what it runs beside the app and what it lent), ``_raylift/<cluster>/<app>/anchor.json`` (the
+last release that passed, and the changes of the releases promoted since), ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
 identity, or the target kind without a connection).
 """
 
@@ -79,4 +81,24 @@ class DeploymentState:
                 "benchmark": benchmark,
                 "recorded_at": datetime.now(UTC).isoformat(),
             },
+        )
+
+    def save_canary(self, run_id: str, plan: dict[str, Any]) -> None:
+        """A canary release's plan (``raylift.canary.CanaryPlan.as_dict``), written before the canary is applied."""
+        self.store.write_json(f"{self.prefix}/canary/{_RUN_SAFE.sub('_', run_id)}.json", plan)
+
+    def canary(self, run_id: str) -> dict[str, Any] | None:
+        return self.store.read_json(f"{self.prefix}/canary/{_RUN_SAFE.sub('_', run_id)}.json")
+
+    def anchor(self) -> dict[str, Any] | None:
+        """``{"run_id", "links", "benchmark", "recorded_at"}``: the last release whose verdict was a pass (never
+        an inconclusive one), its benchmark (a direct release's baseline), and the headline changes of the
+        releases promoted since it (``raylift.release.next_anchor_links``)."""
+        return self.store.read_json(f"{self.prefix}/anchor.json")
+
+    def write_anchor(self, run_id: str, links: list[float], benchmark: dict[str, Any] | None) -> None:
+        self.store.write_json(
+            f"{self.prefix}/anchor.json",
+            {"run_id": run_id, "links": list(links), "benchmark": benchmark,
+             "recorded_at": datetime.now(UTC).isoformat()},
         )

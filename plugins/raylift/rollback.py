@@ -183,3 +183,29 @@ def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 
     return counts(a) == counts(b)
 
+
+
+def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
+    """The DAG's one rollback, whatever failed or was rejected: remove this run's canary (giving a lent replica
+    back), then restore the app if this run's unproven config still serves it (a direct release, or a promotion
+    that did not finish). Each part leaves alone what someone else changed since, and says so."""
+    from raylift.canary import CanaryPlan, without_canary
+    from raylift.serve_writer import write_serve_config
+
+    done: list[str] = []
+    raw = state.canary(run_id)
+    if raw is not None and not state.proven(run_id):
+        plan = CanaryPlan.from_dict(raw)
+        current = target.current_serve_config()
+        cleaned = without_canary(current, plan)
+        if cleaned != current:
+            write_serve_config(target, cleaned, read=current)
+            gave_back = plan.lent and app_by_name(cleaned, app_name) != app_by_name(current, app_name)
+            done.append(f"removed the canary app {plan.canary['name']!r}"
+                        + (f" and gave app {app_name!r} its lent replica back" if gave_back else "")
+                        + " (no user request reached the canary)")
+        else:
+            done.append(f"the canary app {plan.canary['name']!r} was already gone")
+    done.append(restore_unproven(target, state, run_id, app_name))
+    log.warning("rollback: %s", "; ".join(done))
+    return "; ".join(done)

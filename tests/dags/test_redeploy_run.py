@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raylift.operators.cluster import TeardownOperator
-from tests.operators.test_redeploy import GOOD_PARAMS, add_cluster, deploy
+from tests.operators.test_redeploy import GOOD_PARAMS, SCHEDULED, add_cluster, deploy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_a_scheduled_redeploy_maps_over_the_clusters_and_skips_by_name(
     assert result["state"] == "success"  # skipped clusters are no failure
     assert result["tis"] == {"dev": [0, "success"], "prod": [1, "skipped"], "staging": [2, "skipped"],
                              "local": [3, "skipped"]}
-    assert result["confs"] == {"0": dev_params | {"cluster_conn_id": "dev"}}  # what run_raylift_deploy maps over
+    assert result["confs"] == {"0": dev_params | {"cluster_conn_id": "dev"} | SCHEDULED}  # what run_raylift_deploy maps over
     assert "cluster 'prod': redeploys are paused since raylift_teardown run 'manual__td1'" in logs
     assert "cluster 'staging': its connection has redeploy false" in logs
     assert "target 'local': nothing to redeploy" in logs

@@ -1,10 +1,16 @@
-"""BenchmarkOperator's gates cannot be bypassed: against the stub OpenAI server, with the state in a
-real local model store; only the rollback (a Serve cluster's business, tested on local by
-tests/integration/test_local_pipeline.py) is recorded instead of applied."""
+"""The release gate cannot be bypassed: BenchmarkOperator (measurement only) and ReleaseGateOperator (judgement and
+``raylift.release.decide``) against the stub OpenAI server(s), with the state in a real local model store.
+
+Direct release: the candidate is judged against the anchor's samples (the last release that passed; the last
+good run for state from before anchors). Canary release: two stubs, the serving app's and the canary's, measured
+in the same rounds; the serving app is the baseline. A rejected release fails the gate; undoing it is the
+rollback step's business (tests/operators/test_rollback_guard.py, test_canary_release.py), so nothing here
+touches a cluster. Promote runs for direct releases (it only records: the app already serves the candidate).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +19,35 @@ import pytest
 from raylift.deploy_state import DeploymentState, run_key
 from raylift.errors import GateError, RayliftValueError
 from raylift.operators.benchmark import BenchmarkOperator
+from raylift.operators.gate import ReleaseGateOperator
+from raylift.operators.promote import PromoteReleaseOperator
 from raylift.store import LocalStore
 from tests.bench.conftest import stub  # noqa: F401  (the stub server fixture)
 
 CONFIG = {"applications": [{"name": "llm", "args": {"served_model_name": "stub"}}]}
-# a new version: the same app with another engine setting (a release the gate judges and can undo)
+# a new version: the same app with another engine setting (a release the gate judges)
 NEW_VERSION = {"applications": [{"name": "llm", "args": {"served_model_name": "stub",
                                                          "engine_args": {"max_num_seqs": 1}}}]}
+# Delays of tens of ms (a request ~0.1 s), not 2 ms: on a 2-core box shared with other tests a few ms of
+# scheduling delay would itself be a >10 % change of a 17 ms request.
+STEADY = {"ttft_ms": 20, "itl_ms": 5}
+SLOWER = {"ttft_ms": 80, "itl_ms": 20}
 
 
-class _TI:
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = config
+class XComs(dict):  # type: ignore[type-arg]
+    """The run's XComs, by (task id, key): what each step pushed, as Airflow keeps them."""
 
-    def xcom_pull(self, task_ids: str, key: str) -> Any:
-        assert (task_ids, key) == ("deploy", "serve_config")
-        return self.config
+    def context(self, run_id: str, task_id: str) -> dict[str, Any]:
+        xcoms = self
+
+        class TI:
+            def xcom_push(self, key: str, value: Any) -> None:
+                xcoms[(task_id, key)] = value
+
+            def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
+                return xcoms.get((task_ids, key))
+
+        return {"run_id": run_id, "ti": TI(), "params": {}}
 
 
 @pytest.fixture()
@@ -37,150 +56,236 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DeploymentState:
     return DeploymentState(LocalStore(tmp_path / "model-store"), "local", "llm")
 
 
-@pytest.fixture()
-def rollbacks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    calls: list[str] = []
-
-    def restore_app(target: Any, state: Any, run_id: str, app_name: str, **_: Any) -> str:
-        calls.append(run_id)
-        return f"restored app {app_name!r} from the last good config"
-
-    monkeypatch.setattr("raylift.rollback.restore_app", restore_app)
-    yield calls
+def direct(url: str) -> dict[str, Any]:
+    """The deploy step's XCom for a direct release (the app itself answers at ``url``)."""
+    return {"endpoint": url, "kind": "llm", "release": "direct"}
 
 
-def run(url: str, run_id: str, served_name: str = "stub", config: dict[str, Any] = CONFIG,
-        **kwargs: Any) -> dict[str, Any]:
-    kwargs.setdefault("confirm_pause_s", 0.5)  # a regression's confirmation, without the minute's pause
+def canary(candidate: str, serving: str, scale: int = 1) -> dict[str, Any]:
+    """The deploy step's XCom for a canary release: the canary answers at ``candidate``, the serving app at
+    ``serving`` (with ``scale`` replicas per canary replica)."""
+    return {"endpoint": candidate, "kind": "llm", "release": "canary", "canary_app": "llm-canary",
+            "baseline_endpoint": serving, "baseline_served_name": "stub", "baseline_scale": scale, "lent": 0}
+
+
+def benchmark(deployed: dict[str, Any], run_id: str, xcoms: XComs | None = None, served_name: str = "stub",
+              config: dict[str, Any] = CONFIG, **kwargs: Any) -> dict[str, Any]:
+    xcoms = XComs() if xcoms is None else xcoms
+    xcoms[("deploy", "serve_config")] = config
     kwargs.setdefault("concurrency", [1, 4])
-    op = BenchmarkOperator(task_id="benchmark", target="local", served_name=served_name,
-                           deployed={"endpoint": url, "kind": "llm"}, requests_per_level=16, **kwargs)
-    return op.execute({"run_id": run_id, "ti": _TI(config)})
+    op = BenchmarkOperator(task_id="benchmark", target="local", served_name=served_name, deployed=deployed,
+                           requests_per_level=16, **kwargs)
+    return op.execute(xcoms.context(run_id, "benchmark"))
 
 
-def test_all_failed_benchmark_with_one_slo_given_is_rejected_and_rolled_back(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
-) -> None:
+def gate(deployed: dict[str, Any], run_id: str, xcoms: XComs, **kwargs: Any) -> str:
+    """The gate's branch (``promote`` / ``approve_release``); GateError when it rolls back."""
+    op = ReleaseGateOperator(task_id="gate", target="local", app_name="llm", deployed=deployed, **kwargs)
+    return op.choose_branch(xcoms.context(run_id, "gate"))
+
+
+def release(url: str, run_id: str, served_name: str = "stub", config: dict[str, Any] = CONFIG,
+            bench: dict[str, Any] | None = None, **gate_kwargs: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A direct release past its smoke test: benchmark, gate, and promote when the gate says so.
+    Returns (the gate's branch, its decision, the benchmark's XCom)."""
+    xcoms = XComs()
+    out = benchmark(direct(url), run_id, xcoms, served_name=served_name, config=config, **(bench or {}))
+    branch = gate(direct(url), run_id, xcoms, **gate_kwargs)
+    if branch == "promote":
+        PromoteReleaseOperator(task_id="promote", target="local", app_name="llm", deployed=direct(url),
+                               deferrable=False).execute(xcoms.context(run_id, "promote"))
+    return branch, xcoms[("gate", "decision")], out
+
+
+def test_all_failed_benchmark_with_one_slo_given_is_rejected(stub: Callable[..., str], state: DeploymentState) -> None:
     url = stub(fail_every=1)  # every completion answers HTTP 500
     with pytest.raises(GateError) as exc:
-        run(url, "manual__all_failed", slos={"max_ttft_p99_ms": 500})
+        release(url, "manual__all_failed", slos={"max_ttft_p99_ms": 500})
     message = str(exc.value)
     # the given SLO did not drop the default max_error_rate 0, and the empty levels fail on their own
     assert "error_rate = 1, SLO limit 0" in message, message
     assert "every request failed at concurrency 1" in message and "every request failed at concurrency 4" in message
-    assert "Rolled back: restored app 'llm'" in message and rollbacks == ["manual__all_failed"]
-    assert state.last_good() is None  # never recorded as good
+    assert "the rollback step restores what served before this run" in message  # the gate itself undoes nothing
+    assert state.last_good() is None and state.anchor() is None  # never recorded as good
+    saved = state.store.read_json(f"{run_key('manual__all_failed')}/release.json")
+    assert saved["action"] == "roll_back" and saved["verdict"] == "slo violated"
     # even with the error-rate SLO turned off explicitly, nothing that failed every request passes
     with pytest.raises(GateError, match="every request failed"):
-        run(url, "manual__all_failed_2", slos={"max_ttft_p99_ms": 500, "max_error_rate": None})
+        release(url, "manual__all_failed_2", slos={"max_ttft_p99_ms": 500, "max_error_rate": None})
 
 
-def test_served_name_change_starts_a_new_baseline_and_last_good_follows_passing_runs(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+def test_a_first_release_becomes_the_anchor_and_the_next_is_judged_against_its_samples(
+    stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    url = stub(ttft_ms=2, itl_ms=1)
-    first = run(url, "manual__1", served_name="old-name")
-    assert first["judgement"]["verdict"] == "new baseline"
-    assert state.last_good()["benchmark"]["model"] == "old-name"
-    second = run(url, "manual__2")  # the served name changed: no "baseline is for model ..." wedge
-    assert second["judgement"]["verdict"] == "new baseline" and "served model changed" in second["judgement"]["note"]
+    url = stub(**STEADY)
+    branch, decision, _ = release(url, "manual__1")
+    assert branch == "promote" and decision["verdict"] == "new baseline" and decision["becomes_anchor"]
+    assert state.last_good()["run_id"] == "manual__1" and state.anchor()["run_id"] == "manual__1"
+    assert state.anchor()["benchmark"]["levels"][0]["samples"]  # a direct release's baseline: the anchor's samples
+    branch, decision, out = release(url, "manual__2", config=NEW_VERSION, max_regression=0.5)
+    judgement = decision["evidence"]["judgement"]
+    assert branch == "promote" and judgement["verdict"] == "pass", judgement
+    assert {m["metric"] for m in judgement["metrics"]} >= {"ttft_ms", "tpot_ms", "e2e_ms", "error_rate"}
+    assert decision["becomes_anchor"] and state.anchor()["run_id"] == "manual__2"
+    assert "samples" not in out["levels"][0]  # the XCom stays small; benchmark.json keeps them
+    saved = state.store.read_json(f"{run_key('manual__2')}/benchmark.json")
+    assert len(saved["levels"][0]["samples"]["e2e_ms"]) == 16 and saved["release"] == "direct"
     assert state.last_good()["run_id"] == "manual__2"
-    third = run(url, "manual__3")  # same name: judged against the second run's samples
-    assert third["judgement"]["verdict"] in ("pass", "inconclusive"), third["judgement"]
-    assert {m["metric"] for m in third["judgement"]["metrics"]} >= {"ttft_ms", "tpot_ms", "e2e_ms", "error_rate"}
-    assert "samples" not in third["levels"][0]  # the XCom stays small; benchmark.json keeps them
-    saved = state.store.read_json(f"{run_key('manual__3')}/benchmark.json")
-    assert len(saved["levels"][0]["samples"]["e2e_ms"]) == 16 and saved["judgement"] == third["judgement"]
-    assert state.last_good()["run_id"] == "manual__3" and rollbacks == []
-    # strict: an inconclusive judgement fails too (16 requests at a 0 tolerance cannot prove "no worse"). A new
-    # version: with the same config, a busy box's "regressed" would be the machine's and not fail the run
-    with pytest.raises(GateError, match="Release gate failed: .*inconclusive"):
-        run(url, "manual__4", config=NEW_VERSION, max_regression=0.0, regression_strict=True)
-    assert state.last_good()["run_id"] == "manual__3" and rollbacks == ["manual__4"]
+    # strict: an inconclusive judgement fails too (16 requests at a 0 tolerance cannot prove "no worse")
+    with pytest.raises(GateError, match=r"Release gate failed \(inconclusive\)"):
+        release(url, "manual__3", config=CONFIG, max_regression=0.0, regression_strict=True)
+    assert state.last_good()["run_id"] == "manual__2" and state.anchor()["run_id"] == "manual__2"
 
 
-def test_regression_baseline_none_starts_a_new_baseline_and_unknown_values_are_refused(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+def test_a_served_name_change_is_not_judged_and_follows_on_inconclusive(
+    stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    fast = stub(ttft_ms=2, itl_ms=1)
-    run(fast, "manual__fast")
-    slow = stub(ttft_ms=60, itl_ms=20)  # far slower than the last good run: judged regressed against it
-    with pytest.raises(GateError, match="regressed"):
-        run(slow, "manual__slow", config=NEW_VERSION)
+    url = stub(**STEADY)
+    release(url, "manual__1", served_name="old-name",
+            config={"applications": [{"name": "llm", "args": {"served_model_name": "old-name"}}]})
+    assert state.anchor()["benchmark"]["model"] == "old-name"
+    # the served name changed: nothing to compare with, so a person decides (hold) — never a silent pass
+    branch, decision, _ = release(url, "manual__2")
+    assert branch == "approve_release" and decision["action"] == "hold", decision
+    assert any("served model changed" in r for r in decision["reasons"]), decision["reasons"]
+    assert state.last_good()["run_id"] == "manual__1"
+    # on_inconclusive 'pass' promotes it, but it does not become the anchor
+    branch, decision, _ = release(url, "manual__3", on_inconclusive="pass")
+    assert branch == "promote" and not decision["becomes_anchor"]
+    assert state.last_good()["run_id"] == "manual__3" and state.anchor()["run_id"] == "manual__1"
+    with pytest.raises(GateError, match="on_inconclusive 'fail': rolled back"):
+        release(url, "manual__4", config=NEW_VERSION, on_inconclusive="fail")
+
+
+def test_regression_baseline_none_starts_a_new_anchor_and_bad_params_are_refused_naming_the_value(
+    stub: Callable[..., str], state: DeploymentState
+) -> None:
+    fast = stub(**STEADY)
+    release(fast, "manual__fast")
+    slow = stub(**SLOWER)  # far slower than the anchor: judged regressed against it
+    with pytest.raises(GateError, match=r"Release gate failed \(regressed\)"):
+        release(slow, "manual__slow", config=NEW_VERSION)
     assert state.last_good()["run_id"] == "manual__fast"
-    rebased = run(slow, "manual__rebased", regression_baseline="none")  # re-baseline: SLOs only
-    assert rebased["judgement"]["verdict"] == "new baseline"
-    assert state.last_good()["run_id"] == "manual__rebased"
-    with pytest.raises(RayliftValueError, match="regression_baseline 'latest' is not one of"):
-        run(fast, "manual__typo", regression_baseline="latest")
+    branch, decision, _ = release(slow, "manual__rebased", config=NEW_VERSION, regression_baseline="none")
+    assert branch == "promote" and decision["verdict"] == "new baseline"  # re-baseline: SLOs only
+    assert state.last_good()["run_id"] == "manual__rebased" and state.anchor()["run_id"] == "manual__rebased"
+    xcoms = XComs()
+    xcoms[("deploy", "serve_config")] = CONFIG
+    for bad, match in [({"regression_baseline": "latest"}, "regression_baseline 'latest' is not one of"),
+                       ({"on_inconclusive": "maybe"}, "on_inconclusive 'maybe' is not one of"),
+                       ({"max_cumulative_regression": "-0.5"}, "max_cumulative_regression -0.5 must be")]:
+        with pytest.raises(RayliftValueError, match=match):
+            gate(direct(fast), "manual__rebased", xcoms, **bad)
+    assert state.anchor()["run_id"] == "manual__rebased"
 
 
-def test_a_regression_is_confirmed_by_a_second_benchmark_before_it_rolls_back(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+def test_the_same_config_redeployed_on_a_slower_machine_is_not_judged(
+    stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    run(stub(ttft_ms=2, itl_ms=1), "manual__base")
+    """A redeploy of the very config the last good run served (REST or schedule, same model, args, artifact) on
+    a machine that has become slower: there is no release to judge or undo (a rollback would restore this same
+    config), so it passes on its SLOs, says why, and the anchor stays the faster run."""
+    release(stub(**STEADY), "manual__base")
+    slower = stub(**SLOWER)
+    branch, decision, _ = release(slower, "manual__same")
+    assert branch == "promote" and decision["unchanged"] and not decision["becomes_anchor"]
+    assert decision["evidence"]["judgement"] is None
+    assert any("same app config as the last good run" in r for r in decision["reasons"]), decision["reasons"]
+    assert state.anchor()["run_id"] == "manual__base" and state.anchor()["links"] == []
+    # the same slow server as a new version is a release: judged against the anchor and rejected
     with pytest.raises(GateError, match="regressed"):
-        run(stub(ttft_ms=60, itl_ms=20), "manual__slower", config=NEW_VERSION)
-    saved = state.store.read_json(f"{run_key('manual__slower')}/benchmark.json")
-    # the first judgement said regressed, a second benchmark (judged on its own) said so too
-    confirmation = saved["confirmation"]
-    assert confirmation["first_judgement"]["verdict"] == "regressed" and confirmation["pause_s"] == 0.5
-    assert confirmation["first_overall"]["requests"] == 32 and "samples" not in confirmation["first_levels"][0]
-    assert len(saved["levels"][0]["samples"]["ttft_ms"]) == 16  # the confirmation's own requests
-    assert saved["judgement"]["verdict"] == "regressed" and rollbacks == ["manual__slower"]
-    assert state.last_good()["run_id"] == "manual__base"
+        release(slower, "manual__new", config=NEW_VERSION)
+    assert state.last_good()["run_id"] == "manual__same"
 
 
-def test_a_slow_spell_that_is_over_when_the_confirmation_runs_does_not_roll_back(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+def test_state_from_before_anchors_judges_against_the_last_good_run(
+    stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    """The same server, slow only for the first benchmark's 16 requests (+150 ms TTFT, as a busy machine's
-    spell): the first benchmark is judged regressed; the confirmation, after the pause, is not.
-
-    The delays are tens of ms (a request ~150 ms), not 2 ms: on the 2-core box running the heavy tests
-    beside this one, a few ms of scheduling delay on a 17 ms request was itself a >10 % "regression" of
-    the confirmation (CI, stop 23). The spell counts requests, so it covers the first benchmark however
-    slowly the machine runs it. One concurrency level: at 4 streams the stub and the client share the loaded
-    box's cores, and under the full suite's load the confirmation's concurrency-4 level itself read 35-50 %
-    slower (2026-11-26, light part beside the vLLM tests); what this test is about needs one level."""
-    steady = {"ttft_ms": 60, "itl_ms": 6}
-    run(stub(**steady), "manual__base", concurrency=[1])
-    spell = stub(**steady, slow_spell_requests=16, slow_spell_ttft_ms=150)
-    passed = run(spell, "manual__spell", config=NEW_VERSION, confirm_pause_s=0.5, concurrency=[1])
-    saved = state.store.read_json(f"{run_key('manual__spell')}/benchmark.json")
-    assert saved["confirmation"]["first_judgement"]["verdict"] == "regressed", saved["confirmation"]
-    assert passed["judgement"]["verdict"] in ("pass", "inconclusive"), passed["judgement"]
-    assert rollbacks == [] and state.last_good()["run_id"] == "manual__spell"
+    url = stub(**STEADY)
+    release(url, "manual__old")
+    state.store.delete(f"{state.prefix}/anchor.json")  # as a cluster released before anchors existed
+    assert state.anchor() is None and state.last_good()["benchmark"]
+    # a promote that is no anchor (here a redeploy of the same config) starts the chain at the last good run
+    # that stood in for it, never at an anchor without a run or samples
+    assert release(url, "manual__again")[0] == "promote"
+    assert state.anchor()["run_id"] == "manual__old" and state.anchor()["benchmark"]["levels"][0]["samples"]
+    branch, decision, _ = release(url, "manual__new", config=NEW_VERSION, max_regression=0.5)
+    assert branch == "promote" and decision["evidence"]["judgement"]["verdict"] == "pass", decision
+    assert decision["anchor_run_id"] == "manual__old" and state.anchor()["run_id"] == "manual__new"
 
 
-def test_the_same_config_judged_slower_is_the_machines_doing_and_is_not_rolled_back(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+def test_a_slower_canary_is_rolled_back_and_the_serving_app_is_its_baseline(
+    stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    """A redeploy of the very config the baseline run served (REST or schedule, same model, args, artifact)
-    on a machine that has become slower: judged regressed, but there is no release to undo (a rollback
-    would restore this same config), so it passes, says why, and the baseline stays the faster run's."""
-    run(stub(ttft_ms=2, itl_ms=1), "manual__base")
-    slower = stub(ttft_ms=60, itl_ms=20)
-    passed = run(slower, "manual__same", confirm_pause_s=60.0)  # no confirmation: nothing to confirm
-    judgement = passed["judgement"]
-    assert judgement["verdict"] == "regressed", judgement  # the comparison is kept and shown as it is
-    assert "same app config as the baseline run manual__base" in judgement["not_attributed"]
-    saved = state.store.read_json(f"{run_key('manual__same')}/benchmark.json")
-    assert "confirmation" not in saved and saved["judgement"] == judgement
-    assert rollbacks == [] and state.last_good()["run_id"] == "manual__base"
-    # the same slow server as a new version is a release: judged, confirmed and rolled back
-    with pytest.raises(GateError, match="regressed"):
-        run(slower, "manual__new", config=NEW_VERSION)
-    assert rollbacks == ["manual__new"]
+    serving, candidate = stub(**STEADY), stub(**SLOWER)
+    xcoms = XComs()
+    out = benchmark(canary(candidate, serving), "manual__canary", xcoms, config=NEW_VERSION)
+    assert out["release"] == "canary" and out["baseline_uri"].endswith("baseline.json")
+    base = state.store.read_json(f"{run_key('manual__canary')}/baseline.json")
+    assert [lv["requests"] for lv in base["levels"]] == [16, 16]  # measured beside it, the same requests
+    with pytest.raises(GateError, match=r"Release gate failed \(regressed\).*removes the canary"):
+        gate(canary(candidate, serving), "manual__canary", xcoms)
+    decision = xcoms[("gate", "decision")]
+    assert decision["action"] == "roll_back" and decision["headline_change"] > 0.5, decision
+    assert state.last_good() is None and state.anchor() is None
+
+
+def test_an_equal_canary_is_promoted_and_the_anchor_chain_limits_the_drift(
+    stub: Callable[..., str], state: DeploymentState
+) -> None:
+    serving, candidate = stub(**STEADY), stub(**STEADY)
+    xcoms = XComs()
+    benchmark(canary(candidate, serving), "manual__equal", xcoms, config=NEW_VERSION)
+    assert gate(canary(candidate, serving), "manual__equal", xcoms, max_regression=0.3) == "promote"
+    decision = xcoms[("gate", "decision")]
+    assert decision["verdict"] == "pass" and decision["becomes_anchor"] and abs(decision["headline_change"]) < 0.1
+    # releases promoted since the anchor (inconclusive ones, passed on) were 8 % and 5 % slower: this one's
+    # change is chained onto theirs, and the sum goes past the 10 % limit
+    state.write_anchor("manual__anchor", [0.08, 0.05], None)
+    with pytest.raises(GateError, match=r"cumulative regression.*slower than the anchor.*2 release\(s\) promoted"):
+        gate(canary(candidate, serving), "manual__equal", xcoms, max_regression=0.3)
+    # a wider limit lets it through; the anchor is the canary's chain, never the comparison
+    assert gate(canary(candidate, serving), "manual__equal", xcoms, max_regression=0.3,
+                max_cumulative_regression="0.5") == "promote"
+
+
+def test_an_undecided_canary_is_held_passed_or_failed_by_on_inconclusive(
+    stub: Callable[..., str], state: DeploymentState
+) -> None:
+    """Both apps with the same wide per-request spread (lognormal, the same seed: the same delays, in their
+    own order): no change, but 16 requests per level cannot bound it within 10 %, so the judgement is
+    inconclusive, and on_inconclusive decides."""
+    noisy = {**STEADY, "jitter": 0.6, "seed": 7}
+    serving, candidate = stub(**noisy), stub(**noisy)
+    xcoms = XComs()
+    benchmark(canary(candidate, serving), "manual__noisy", xcoms, config=NEW_VERSION)
+    assert gate(canary(candidate, serving), "manual__noisy", xcoms) == "approve_release"  # hold: the default
+    held = xcoms[("gate", "decision")]
+    assert held["action"] == "hold" and held["verdict"] == "inconclusive", held
+    assert gate(canary(candidate, serving), "manual__noisy", xcoms, on_inconclusive="pass") == "promote"
+    assert not xcoms[("gate", "decision")]["becomes_anchor"]
+    with pytest.raises(GateError, match=r"Release gate failed \(inconclusive\)"):
+        gate(canary(candidate, serving), "manual__noisy", xcoms, on_inconclusive="fail")
+    with pytest.raises(GateError, match=r"\(inconclusive\)"):  # the older spelling of 'fail' wins
+        gate(canary(candidate, serving), "manual__noisy", xcoms, on_inconclusive="pass", regression_strict="true")
+
+
+def test_a_canary_release_is_measured_level_by_level_not_swept(stub: Callable[..., str],
+                                                                state: DeploymentState) -> None:
+    with pytest.raises(RayliftValueError, match="sweep: a canary release is judged level by level"):
+        benchmark(canary("http://127.0.0.1:9", "http://127.0.0.1:9"), "manual__swept",
+                  sweep='{"max_concurrency": 8}')
+    assert not state.store.exists(f"{run_key('manual__swept')}/benchmark.json")  # refused before any request
 
 
 def test_the_run_keeps_llmperfs_summary_files_beside_its_results_and_the_params_reach_the_benchmark(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str]
+    stub: Callable[..., str], state: DeploymentState
 ) -> None:
     import json
 
     url = stub(ttft_ms=2, itl_ms=1)
-    out = run(url, "manual__llmperf", served_name="org/model", max_seconds_per_level="30", warmup_requests="2")
+    out = benchmark(direct(url), "manual__llmperf", served_name="org/model", max_seconds_per_level="30",
+                    warmup_requests="2")
     folder = state.store.root / run_key("manual__llmperf")
     result = json.loads((folder / "benchmark.json").read_text())
     assert (result["max_seconds_per_level"], result["warmup_requests"]) == (30.0, 2)  # rendered Params, as text
@@ -193,29 +298,28 @@ def test_the_run_keeps_llmperfs_summary_files_beside_its_results_and_the_params_
 
 
 def test_cost_is_evidence_not_a_gate_and_a_bad_cost_param_fails_before_any_request(
-    stub: Callable[..., str], state: DeploymentState, rollbacks: list[str], monkeypatch: pytest.MonkeyPatch
+    stub: Callable[..., str], state: DeploymentState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAYLIFT_DASHBOARD_PORT", "18999")  # nothing answers: the local target cannot count nodes
     url = stub(ttft_ms=2, itl_ms=1)
-    out = run(url, "manual__cost", cost={"prices": {"local": 0.5}})
+    branch, _, out = release(url, "manual__cost", bench={"cost": {"prices": {"local": 0.5}}})
     assert out["cost"]["error"].startswith("ClusterError: Cannot reach the Ray dashboard"), out["cost"]
-    assert state.last_good()["run_id"] == "manual__cost" and rollbacks == []  # the run passed all the same
+    assert branch == "promote" and state.last_good()["run_id"] == "manual__cost"  # the run passed all the same
     with pytest.raises(RayliftValueError, match="cost"):
-        run(url, "manual__bad_cost", cost={"price": {"local": 1}})
-    assert rollbacks == [] and state.last_good()["run_id"] == "manual__cost"
+        benchmark(direct(url), "manual__bad_cost", cost={"price": {"local": 1}})
+    assert not state.store.exists(f"{run_key('manual__bad_cost')}/benchmark.json")
 
 
-def test_the_sweep_param_reaches_the_benchmark(stub: Callable[..., str], state: DeploymentState,
-                                               rollbacks: list[str]) -> None:
+def test_the_sweep_param_reaches_the_benchmark(stub: Callable[..., str], state: DeploymentState) -> None:
     # One stream at a time: no gain past concurrency 1, but for the client's gap between one request's end
     # and the next one's start, which level 2 hides (it always has one queued). On the 2-core box beside the
     # Ray stacks that gap alone was >5 % of ~0.3 s requests (2026-11-26, Serve's proxy suite: levels 1, 2, 4,
     # knee 2), so level 2 may pass the gain rule; level 4 cannot. Without max_active throughput doubles each
     # level and the sweep runs to the cap (knee 8): the gain rule, not the cap, must end it within two steps.
     url = stub(ttft_ms=50, itl_ms=15, max_active=1)
-    out = run(url, "manual__sweep", sweep='{"max_concurrency": 8}')  # a rendered Param is text
+    out = benchmark(direct(url), "manual__sweep", sweep='{"max_concurrency": 8}')  # a rendered Param is text
     sweep, levels = out["sweep"], [lv["concurrency"] for lv in out["levels"]]
     assert sweep["stop_reason"].startswith("throughput gain"), sweep
     assert levels in ([1, 2], [1, 2, 4]) and sweep["knee_concurrency"] <= 2, (levels, sweep)
     with pytest.raises(RayliftValueError, match="sweep"):
-        run(url, "manual__bad_sweep", sweep={"factor": 1})
+        benchmark(direct(url), "manual__bad_sweep", sweep={"factor": 1})

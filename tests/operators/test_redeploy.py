@@ -37,6 +37,8 @@ GOOD_PARAMS = {
     "concurrency": [1, 4],
 }
 CONFIG = {"applications": [{"name": "llm", "import_path": "serve_apps.llm:app"}]}
+# what every replay adds: nobody is there to approve a scheduled release (raylift.config.SCHEDULED_ON_INCONCLUSIVE)
+SCHEDULED = {"on_inconclusive": "fail"}
 PASSED = {"artifact": {"uri": "a"}, "model": {"uri": "m"}, "deployed": {"endpoint": "e"}, "smoke": {"ok": True},
           "benchmark": {"overall": {}}}  # what each step of a passing raylift_deploy returned
 
@@ -137,8 +139,8 @@ def test_each_cluster_replays_its_own_last_good_params(clusters: dict[str, Local
     deploy("prod", "manual__prod1", prod_params)
 
     confs = {name: last_good_conf(name) for name in ("dev", "prod")}
-    assert confs["dev"] == dev_params | {"cluster_conn_id": "dev"}
-    assert confs["prod"] == prod_params | {"cluster_conn_id": "prod"}
+    assert confs["dev"] == dev_params | {"cluster_conn_id": "dev"} | SCHEDULED
+    assert confs["prod"] == prod_params | {"cluster_conn_id": "prod"} | SCHEDULED
 
     # each conf is its own raylift_deploy run, its run id naming the cluster
     dag = load_redeploy_dag()
@@ -197,7 +199,7 @@ def test_teardown_pauses_a_clusters_redeploys_until_a_deploy_passes(clusters: di
 
     deploy("prod", "manual__prod3", {**GOOD_PARAMS, "replicas": 4})  # passes: redeploys resume
     assert not clusters["prod"].exists(keys[0])
-    assert last_good_conf("prod") == GOOD_PARAMS | {"replicas": 4, "cluster_conn_id": "prod"}
+    assert last_good_conf("prod") == GOOD_PARAMS | {"replicas": 4, "cluster_conn_id": "prod"} | SCHEDULED
 
 
 def test_a_staged_model_reaches_only_the_clusters_of_its_store(clusters: dict[str, LocalStore]) -> None:
@@ -207,7 +209,7 @@ def test_a_staged_model_reaches_only_the_clusters_of_its_store(clusters: dict[st
     event = staged_event("test/tiny", "v2", location, datetime.now(UTC))
 
     conf = last_good_conf("prod", [event])
-    assert conf == GOOD_PARAMS | {"cluster_conn_id": "prod", "model_source": str(location), "revision": "v2"}
+    assert conf == GOOD_PARAMS | {"cluster_conn_id": "prod", "model_source": str(location), "revision": "v2"} | SCHEDULED
     with pytest.raises(AirflowSkipException, match=r"cluster 'dev': the model\(s\) that started this run were staged "
                        rf"in \['{location}'\], not in this cluster's model store {clusters['dev'].uri}"):
         last_good_conf("dev", [event])
@@ -234,7 +236,7 @@ def record_good_run(store: LocalStore, run_id: str, params: dict[str, Any]) -> N
 
 def test_replays_the_params_of_the_last_good_run(store: LocalStore) -> None:
     record_good_run(store, "manual__1", {**GOOD_PARAMS, "not_a_param": "dropped"})
-    assert last_good_conf(None) == GOOD_PARAMS | {"cluster_conn_id": None}
+    assert last_good_conf(None) == GOOD_PARAMS | {"cluster_conn_id": None} | SCHEDULED
 
 
 def test_a_staged_model_event_swaps_in_the_newest_announced_model(store: LocalStore) -> None:
@@ -244,7 +246,7 @@ def test_a_staged_model_event_swaps_in_the_newest_announced_model(store: LocalSt
     conf = last_good_conf(None, [staged_event("test/tiny", "v2", v2, now),
                                  staged_event("test/tiny", "v1", v1, now - timedelta(minutes=5))])
     swapped = {"model_source": str(v2), "model_id": "test/tiny", "revision": "v2", "cluster_conn_id": None}
-    assert conf == GOOD_PARAMS | swapped
+    assert conf == GOOD_PARAMS | swapped | SCHEDULED
 
 
 def test_nothing_to_redeploy_is_skipped_saying_what_to_do(store: LocalStore) -> None:
@@ -279,4 +281,4 @@ def test_direct_use_keeps_working(store: LocalStore) -> None:
     """The operator on its own (not mapped), as other DAGs may use it."""
     record_good_run(store, "manual__1", GOOD_PARAMS)
     op = LastGoodConfOperator(task_id="last_good_conf", target="local", app_name="llm")
-    assert op.execute({}) == GOOD_PARAMS | {"cluster_conn_id": None}
+    assert op.execute({}) == GOOD_PARAMS | {"cluster_conn_id": None} | SCHEDULED

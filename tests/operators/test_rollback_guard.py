@@ -1,5 +1,8 @@
 """Every failure after a config is applied rolls back, whatever raised (Serve REST stand-in, real operators).
 
+The rollback lives in one step, the DAG's ``rollback`` (``one_failed``: ``raylift.rollback.undo_release``): a
+failed deploy, smoke test or gate only fails its task, and that step puts back what the run replaced.
+
 The stand-in keeps the Serve config as Serve's REST API would; the operators and the local target run
 unchanged against it, with the state store in a temp RAYLIFT_HOME.
 """
@@ -50,7 +53,7 @@ def state(tmp_path: Path) -> DeploymentState:
 def guard() -> Any:
     from raylift.operators.guard import RollbackUnprovenOperator
 
-    return RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name=APP)
+    return RollbackUnprovenOperator(task_id="rollback", app_name=APP)
 
 
 def apply_as_run(serve: ServeStandin, tmp_path: Path, run_id: str, config: dict[str, Any]) -> None:
@@ -125,7 +128,9 @@ def non_json_app() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-def test_a_non_json_smoke_answer_rolls_back(serve: ServeStandin, tmp_path: Path, non_json_app: str) -> None:
+def test_a_non_json_smoke_answer_fails_the_smoke_test_and_the_rollback_step_restores(
+    serve: ServeStandin, tmp_path: Path, non_json_app: str
+) -> None:
     from raylift.operators.smoke import SmokeTestOperator
 
     good = copy.deepcopy(serve.config)
@@ -133,8 +138,13 @@ def test_a_non_json_smoke_answer_rolls_back(serve: ServeStandin, tmp_path: Path,
     apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
     smoke = SmokeTestOperator(task_id="smoke_test", served_name="tiny-llama", app_name=APP,
                               deployed={"endpoint": non_json_app, "kind": "llm"})
-    with pytest.raises(SmokeTestError, match="Rolled back: restored app 'translator' from the last good"):
+    puts = len(serve.puts)
+    with pytest.raises(SmokeTestError, match="Smoke test failed: .*JSON") as failed:
         smoke.execute({"run_id": "r1"})
+    assert "Rolled back" not in str(failed.value)  # the smoke test only fails its task...
+    assert len(serve.puts) == puts and serve.app(APP)["args"]["model"] == "/store/b"
+    # ...and the rollback step (one_failed) puts back what the run replaced
+    assert "restored app 'translator' from the last good config (run r0)" in guard().execute({"run_id": "r1"})
     assert serve.app(APP) == restored(good)
     assert "nothing to roll back" in guard().execute({"run_id": "r1"})
 
@@ -189,10 +199,10 @@ def test_a_retried_deploy_after_its_worker_died_post_put_keeps_the_first_snapsho
     with monkeypatch.context() as m:
         m.setattr(LocalTarget, "deploy_trigger", die_after_put)
         with pytest.raises(SystemExit):
-            deploy_op("/store/b").execute(Context("r1"))
+            deploy_op("/store/b", release="direct").execute(Context("r1"))
     assert died and serve.app(APP)["args"]["model"] == "/store/b"  # half-applied: new config, never proven
     # try 2: finishes the rollout; the snapshot is still what served before try 1, not the half-applied one
-    result = deploy_op("/store/b").execute(Context("r1"))
+    result = deploy_op("/store/b", release="direct").execute(Context("r1"))
     assert result["app_name"] == APP and serve.app(APP)["args"]["model"] == "/store/b"
     assert state(tmp_path).pre_deploy("r1") == before
     # ...and a failure after it restores what served before the run (no last good yet)
@@ -204,10 +214,18 @@ def test_the_deploy_dag_runs_the_guard_after_any_failure_past_the_deploy() -> No
     sys.path.insert(0, str(ROOT / "dags"))
     import raylift_deploy
 
-    task = raylift_deploy.dag.get_task("rollback_if_unproven")
+    dag = raylift_deploy.dag
+    task = dag.get_task("rollback")
     assert task.trigger_rule == "one_failed"
-    assert {"deploy", "smoke_test", "benchmark"} <= task.upstream_task_ids
-    assert "rollback_if_unproven" in raylift_deploy.dag.get_task("fail_run_if_any_failed").upstream_task_ids
+    # a failed gate or a rejected approval fails its task, so promote is upstream_failed: one_failed counts it
+    assert {"deploy", "smoke_test", "benchmark", "promote"} <= task.upstream_task_ids
+    # the gate's branch skips the one of its next steps it does not follow (never what follows promote)
+    assert dag.get_task("gate").downstream_task_ids - {"fail_run_if_any_failed"} == {"promote", "approve_release"}
+    assert "fail_run_if_any_failed" in dag.get_task("promote").downstream_task_ids
+    assert {"gate", "approve_release"} <= dag.get_task("promote").upstream_task_ids
+    assert dag.get_task("promote").trigger_rule == "none_failed_min_one_success"  # the gate skips approve_release
+    assert {"rollback", "gate", "approve_release", "promote"} <= dag.get_task("fail_run_if_any_failed").upstream_task_ids
+    assert {"rollback", "promote"} <= dag.get_task("run_record").upstream_task_ids
 
 
 def test_a_hand_deploy_during_the_benchmark_survives_the_gate_failure(serve: ServeStandin, tmp_path: Path) -> None:

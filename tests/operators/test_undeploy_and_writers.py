@@ -214,23 +214,24 @@ def test_a_code_update_whose_surge_does_not_fit_is_refused_before_anything_is_ap
 ) -> None:
     from raylift.errors import ServeFitError
 
+    # a direct release: the update rolls out in the app itself (a canary's room: tests/operators/test_canary_release.py)
     initial = {"proxy_location": "HeadOnly", "applications": [app_config("/store/a")]}
     with serve_standin(monkeypatch, tmp_path, initial) as serve:
         serve.cpus = 0.5  # room for the one 0.5-CPU replica, not for a second beside it
         with pytest.raises(ServeFitError, match=r"CPU.*surge replica.*set the surge_replicas Param to 0"):
-            deploy_op("/store/b").execute(Context("r1"))
+            deploy_op("/store/b", release="direct").execute(Context("r1"))
         assert serve.puts == [] and serve.app("translator")["args"]["model"] == "/store/a"
         # the Param the refusal names: stop-before-start, applied as the config itself (no surge), said to go dark
         capsys.readouterr()
-        assert deploy_op("/store/b", surge_replicas=0).execute(Context("r0"))["app_name"] == "translator"
+        assert deploy_op("/store/b", surge_replicas=0, release="direct").execute(Context("r0"))["app_name"] == "translator"
         logged = capsys.readouterr().out  # the task log (Airflow's structlog writes it to stdout here)
         assert [p["applications"][0]["deployments"][0]["num_replicas"] for p in serve.puts] == [1]
         assert "stop-before-start" in logged and "no serving replica" in logged
         assert re.search(r"was dark \(or short of replicas\) for up to \d+ s", logged), logged
         with pytest.raises(RayliftValueError, match="'surge_replicas' must be >= 0"):
-            deploy_op("/store/c", surge_replicas=-1).execute(Context("r-1"))
+            deploy_op("/store/c", surge_replicas=-1, release="direct").execute(Context("r-1"))
         serve.config["applications"][0]["args"]["model"] = "/store/a"  # back to A for the start-before-stop case
         serve.puts.clear()
         serve.cpus = 1.0  # with room for the surge it deploys
-        assert deploy_op("/store/b").execute(Context("r2"))["app_name"] == "translator"
+        assert deploy_op("/store/b", release="direct").execute(Context("r2"))["app_name"] == "translator"
         assert serve.app("translator")["args"]["model"] == "/store/b"

@@ -1,9 +1,12 @@
 """Deploy one Serve application through the target's Serve API, deferring until it is RUNNING.
 
 Order matters for "nothing already serving is lost": validate first (the config's schema and its fit
-on the cluster, then vLLM's engine args), snapshot the config that is serving, then apply a config
-that changes only this app. If Serve reports DEPLOY_FAILED, restore the last good version of this app
-and fail with Serve's own message.
+on the cluster, then vLLM's engine args), snapshot the config that is serving, then apply. A changed app
+(a code update: new weights, args or package) is released as a canary by default (``raylift.canary``): the
+candidate starts as its own app beside the serving one, which stays untouched until the gate promotes it.
+A first deploy, a change that restarts nothing, and ``release: direct`` apply to the app itself. If Serve
+reports DEPLOY_FAILED the task fails with Serve's own message; the DAG's rollback step undoes what the run
+wrote (``raylift.rollback.undo_release``).
 
 The app is any of serve_apps/ (vLLM LLM, llama.cpp, translator): the base config's ``import_path``
 gives its kind (``raylift.serve_config.APP_KINDS``), which says whether ``engine_args`` apply and
@@ -44,6 +47,8 @@ class ServeDeployOperator(TargetOperator):
     :param surge_replicas: extra replicas a code update starts before the old ones stop (start-before-stop);
         0 is stop-before-start, which leaves the app without a serving replica while new ones load.
     :param timeout_s: how long to wait for RUNNING before rolling back.
+    :param release: ``canary`` (a changed app starts beside the serving one and is promoted only after its
+        gate; ``raylift.canary``) or ``direct`` (applied to the app itself, judged while it serves).
     :param deferrable: free the worker slot while Serve deploys (the triggerer waits); False waits in the
         worker on the same condition (the trigger's ``wait()``). None takes Airflow's
         ``[operators] default_deferrable``, as the providers' operators do (raylift's own runs set it True).
@@ -62,6 +67,7 @@ class ServeDeployOperator(TargetOperator):
         "autoscaling",
         "route_prefix",
         "surge_replicas",
+        "release",
     )
 
     def __init__(
@@ -80,11 +86,13 @@ class ServeDeployOperator(TargetOperator):
         surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS,
         timeout_s: float = DEPLOY_TIMEOUT_S,
         deferrable: bool | None = None,
+        release: str = "canary",
         **kwargs: Any,
     ) -> None:
         from raylift.config import default_deferrable
 
         super().__init__(**kwargs)
+        self.release = release
         self.surge_replicas = surge_replicas
         self.artifact, self.model = artifact, model
         self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
@@ -183,6 +191,65 @@ class ServeDeployOperator(TargetOperator):
             ) from None
         return False
 
+    def _release_kind(self, app: dict[str, Any], current: dict[str, Any]) -> str:
+        """``canary`` for a code update of a serving app under ``release: canary``; ``direct`` otherwise."""
+        from raylift.canary import RELEASES
+        from raylift.rollout import restarts_replicas
+        from raylift.serve_config import app_by_name
+
+        release = str(self.release or "canary")
+        if release not in RELEASES:
+            raise RayliftValueError(f"'release' must be one of {list(RELEASES)}, got {release!r}: 'canary' judges a "
+                                    "changed app beside the serving one, 'direct' applies it to the app itself.")
+        old = app_by_name(current, str(self.app_name))
+        if release == "direct":
+            return "direct"
+        if old is None:
+            self.log.info("app %r is not serving: a first deploy, applied directly (no canary to compare)",
+                          self.app_name)
+            return "direct"
+        if not restarts_replicas(old, app):
+            self.log.info("the change to app %r restarts no replica (or there is none): applied directly",
+                          self.app_name)
+            return "direct"
+        return "canary"
+
+    def _fits(self, app: dict[str, Any], others: list[dict[str, Any]]) -> None:
+        """The fit check of ``app`` beside ``others`` (ServeFitError naming the numbers when it does not fit)."""
+        self.check_fit(app, {"applications": others})
+
+    def _deploy_canary(self, context: Any, app: dict[str, Any], current: dict[str, Any],
+                       defaults: dict[str, Any]) -> Any:
+        """Start the candidate as ``<app>-canary`` beside the serving app (on a lent replica if it must), under
+        the cluster's lease, and wait for it (and a lent-from app) to be RUNNING."""
+        from raylift.canary import plan_canary, with_canary
+        from raylift.serve_writer import write_serve_config
+
+        name = str(self.app_name)
+        plan = plan_canary(app, current, name, self._fits)
+        config = with_canary(current, plan, defaults)
+        run_id = context["run_id"]
+        state = self.state_for(name)
+        state.save_canary(run_id, plan.as_dict())
+        state.begin_apply(run_id, current, config, surge=self.surge)  # what rollback undoes if this run dies
+        write_serve_config(self.target_impl, config, read=current)
+        waiting = [plan.canary["name"], *([name] if plan.lent else [])]
+        self.log.info(
+            "canary release: candidate started as app %r at %s beside the serving app %r%s; the serving app takes "
+            "all user traffic and is not changed until the gate promotes the candidate. Waiting for %s.",
+            plan.canary["name"], plan.canary["route_prefix"], name,
+            f" (which lends it one of its {plan.baseline_scale + plan.lent} replicas: no room beside it)"
+            if plan.lent else "", waiting)
+        context["ti"].xcom_push(key="serve_config", value=config)
+        context["ti"].xcom_push(key="release", value="canary")
+        trigger = self.target_impl.deploy_trigger(app_names=waiting, timeout_s=self.timeout_s)
+        if self.deferrable:
+            from datetime import timedelta
+
+            self.defer(trigger=trigger, method_name="execute_complete",
+                       timeout=timedelta(seconds=self.timeout_s + 60))
+        return self.execute_complete(context, trigger.wait())
+
     def execute(self, context: Any) -> Any:
         from raylift.rollout import with_native_surge
         from raylift.serve_config import app_kind, config_hash, merge_app
@@ -191,7 +258,11 @@ class ServeDeployOperator(TargetOperator):
         app = self.render()
         target = self.target_impl
         current = target.current_serve_config()
-        dark = self.check_fit_with_surge(app, current)
+        if self._release_kind(app, current) == "canary":
+            self.check_fit(app, current)  # the candidate's own shape fits the cluster (its room: plan_canary)
+            dark = False
+        else:
+            dark = self.check_fit_with_surge(app, current)
         kind = app_kind(app)
         if kind.runtime_module:
             target.ensure_app_runtime(kind.runtime_module, kind.name)
@@ -199,6 +270,8 @@ class ServeDeployOperator(TargetOperator):
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
                                         working_dir=(app.get("runtime_env") or {}).get("working_dir"))
         defaults = {**self._base, **target.serve_cluster_options()}
+        if self._release_kind(app, current) == "canary":
+            return self._deploy_canary(context, app, current, defaults)
         # start-before-stop by Serve itself (raylift.rollout): a lightweight option, harmless on a new app
         config = merge_app(current, with_native_surge(app, self.surge), defaults=defaults)
         run_id = context["run_id"]
@@ -222,6 +295,7 @@ class ServeDeployOperator(TargetOperator):
             f", start-before-stop with {self.surge} surge replica(s)" if self.surge and not dark else "", watch,
         )
         context["ti"].xcom_push(key="serve_config", value=config)
+        context["ti"].xcom_push(key="release", value="direct")
         if dark:
             import time
 
@@ -240,38 +314,55 @@ class ServeDeployOperator(TargetOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from datetime import UTC, datetime
 
-        from raylift.rollback import roll_back_after_failure
         from raylift.serve_config import app_by_name, app_kind, app_url, config_hash
 
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
-        if event.get("status") == "success":
-            self.log.info("Serve apps RUNNING: %s", event.get("apps"))
-            app = app_by_name(config, str(self.app_name)) or {}
-            seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
-            running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)
-            dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
-            if dark_since:
-                self.log.warning(
-                    "stop-before-start: app %r was dark (or short of replicas) for up to %.0f s, from the config "
-                    "change to RUNNING", self.app_name, running_at.timestamp() - float(dark_since),
-                )
-            return {
-                "running_at": running_at.isoformat(),
-                "app_name": self.app_name,
-                "kind": app_kind(app).name,
-                "route_prefix": app.get("route_prefix") or "/",
-                "config_hash": config_hash(config),
-                "endpoint": app_url(self.target_impl.endpoint_url(), app),
-                "served_name": self.served_name,
-            }
-        reason = event.get("message", "unknown")
-        # Serve never stopped the old replicas (start-before-stop), so going back to them is lightweight.
-        outcome = roll_back_after_failure(
-            self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name),
-            new_version_running=False,
-        )
-        raise DeployError(
-            f"Serve app {self.app_name!r} did not deploy ({event.get('app_status') or event.get('status')}): "
-            f"{reason}\n"
-            f"{outcome}. Fix the app/config and redeploy."
-        )
+        release = context["ti"].xcom_pull(task_ids=self.task_id, key="release") or "direct"
+        name = str(self.app_name)
+        if event.get("status") != "success":
+            reason = event.get("message", "unknown")
+            raise DeployError(
+                f"Serve app {event.get('app') or name!r} did not deploy "
+                f"({event.get('app_status') or event.get('status')}): {reason}\n"
+                + ("The canary never took user traffic; the rollback step removes it. " if release == "canary"
+                   else "The rollback step restores what served before this run. ")
+                + "Fix the app/config and redeploy."
+            )
+        self.log.info("Serve apps RUNNING: %s", event.get("apps"))
+        seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
+        running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)
+        endpoint = self.target_impl.endpoint_url()
+        app = app_by_name(config, name) or {}
+        out: dict[str, Any] = {
+            "running_at": running_at.isoformat(),
+            "app_name": self.app_name,
+            "release": release,
+            "kind": app_kind(app).name,
+            "route_prefix": app.get("route_prefix") or "/",
+            "config_hash": config_hash(config),
+            "endpoint": app_url(endpoint, app),
+            "served_name": self.served_name,
+        }
+        if release == "canary":
+            from raylift.canary import CanaryPlan
+
+            plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {})
+            # the candidate answers at the canary's route; the serving app, measured beside it, is the baseline
+            out.update({
+                "endpoint": app_url(endpoint, plan.canary),
+                "canary_app": plan.canary["name"],
+                "route_prefix": plan.canary["route_prefix"],
+                "baseline_endpoint": app_url(endpoint, plan.serving),
+                "baseline_served_name": str((plan.serving.get("args") or {}).get("served_model_name")
+                                            or self.served_name),
+                "baseline_scale": plan.baseline_scale,
+                "lent": plan.lent,
+            })
+            return out
+        dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
+        if dark_since:
+            self.log.warning(
+                "stop-before-start: app %r was dark (or short of replicas) for up to %.0f s, from the config "
+                "change to RUNNING", self.app_name, running_at.timestamp() - float(dark_since),
+            )
+        return out

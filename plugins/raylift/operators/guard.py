@@ -1,11 +1,10 @@
-"""The one place that owns "applied, not yet proven": after any failure past the deploy, roll back.
+"""The one rollback step: after any failure past the deploy, or a release the gate or a person rejected.
 
-Deploy, smoke test and benchmark each fail in their own ways (a gate, Serve's DEPLOY_FAILED, but also
-a benchmark exception, a non-JSON answer, a store write error, a deferral timeout after a triggerer
-restart, a worker that died after the PUT). This task runs when any of them failed (trigger rule
-``one_failed``) and restores the app if this run applied a config that was never recorded good and the
-app still runs it (``raylift.rollback.restore_unproven``); a step that already rolled back leaves it
-nothing to do.
+Deploy, smoke test, benchmark, gate, approval and promote each fail in their own ways (a rejected release,
+Serve's DEPLOY_FAILED, but also a benchmark exception, a non-JSON answer, a store write error, a deferral
+timeout after a triggerer restart, a worker that died after the PUT). This task runs when any of them failed
+(trigger rule ``one_failed``) and undoes the release (``raylift.rollback.undo_release``): it removes the canary
+(and gives back a replica it borrowed), and restores the app if this run's unproven config still serves it.
 """
 
 from __future__ import annotations
@@ -17,8 +16,8 @@ from raylift.operators.base import TargetOperator
 
 
 class RollbackUnprovenOperator(TargetOperator):
-    """Runs when a step past the deploy failed (``one_failed``): restores the app if this run's unproven
-    config is still the one serving.
+    """Runs when a step past the deploy failed (``one_failed``): removes this run's canary, and restores the
+    app if this run's unproven config is still the one serving.
 
     :param app_name: the Serve application this run deployed."""
 
@@ -30,10 +29,10 @@ class RollbackUnprovenOperator(TargetOperator):
         self.app_name = app_name
 
     def execute(self, context: Any) -> str:
-        from raylift.rollback import restore_unproven
+        from raylift.rollback import undo_release
 
-        action = restore_unproven(
+        action = undo_release(
             self.target_impl, self.state_for(str(self.app_name)), context["run_id"], str(self.app_name)
         )
-        self.log.warning("after a failed step: %s", action)
+        self.log.warning("release undone: %s", action)
         return action

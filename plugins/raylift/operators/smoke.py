@@ -1,4 +1,5 @@
-"""Smoke-test the deployed app (checks picked by its kind); on failure put the previous good app back."""
+"""Smoke-test the deployed candidate (checks picked by its kind) where it answers: the canary's route in a canary
+release, the app's own in a direct one. A failure fails the task; the DAG's rollback step undoes the release."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from raylift.operators.base import TargetOperator
 
 class SmokeTestOperator(TargetOperator):
     """Run the smoke checks of the deployed app's kind (``raylift.smoke.run_smoke``) where the deploy says
-    it answers; any failure restores the previous good config before the task fails.
+    it answers; any failure fails the task (the rollback step, ``one_failed``, undoes the release).
 
     :param served_name: the model name the requests name.
     :param deployed: the deploy task's XCom (endpoint, app kind); None reads it from the ``deploy`` task.
-    :param app_name: the Serve application restored on failure."""
+    :param app_name: the Serve application released."""
 
     template_fields = (*TargetOperator.template_fields, "served_name", "app_name", "deployed")
 
@@ -24,18 +25,16 @@ class SmokeTestOperator(TargetOperator):
         self.served_name, self.app_name, self.deployed = served_name, app_name, deployed
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.rollback import roll_back_after_failure
         from raylift.smoke import run_smoke
 
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
-        # The deploy step says where the app answers (endpoint + route_prefix) and what it is.
+        # The deploy step says where the candidate answers (endpoint + route_prefix) and what it is.
         endpoint = deployed.get("endpoint") or self.target_impl.endpoint_url()
-        state = self.state_for(str(self.app_name))
         try:
             report = run_smoke(endpoint, str(self.served_name), kind=deployed.get("kind", "llm"))
+        except SmokeTestError:
+            raise
         except Exception as exc:  # a non-JSON answer, a reset connection...: whatever it was, the app failed
-            outcome = roll_back_after_failure(self.target_impl, state, context["run_id"], str(self.app_name))
-            reason = str(exc) if isinstance(exc, SmokeTestError) else f"Smoke test failed: {type(exc).__name__}: {exc}"
-            raise SmokeTestError(f"{reason} {outcome}.") from exc
+            raise SmokeTestError(f"Smoke test failed: {type(exc).__name__}: {exc}") from exc
         self.log.info("smoke test passed: %s", report)
         return report

@@ -1,0 +1,167 @@
+"""A candidate Serve config as a canary: its own Serve app beside the app that serves, never in its place.
+
+Kayenta's move, on one Ray cluster: the changed config runs as ``<app>-canary`` (one replica, at
+``/_canary/<app>``) while ``<app>`` keeps serving users unchanged; the benchmark sends the same prompts to both
+at the same time, at the same load per replica (the serving app is the baseline), so a slow spell of the
+machine hits both. Only a candidate that passes becomes ``<app>`` (start-before-stop); any other outcome
+removes the canary, and no user request ever met it.
+
+Room: the canary is sized by the same fit check as any deploy. A cluster with no room for it borrows one
+replica's capacity of the serving app when that app has 2 or more fixed replicas (a lightweight
+``num_replicas`` change: Serve drains the replica, no request fails) and gives it back when the canary goes;
+otherwise the release is refused before anything is applied, naming the numbers.
+
+Pure config transformations: the operators read the cluster, write under its lease and wait.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from raylift.errors import ServeFitError
+from raylift.serve_config import app_by_name, merge_app
+
+CANARY_SUFFIX = "-canary"
+CANARY_REPLICAS = 1
+RELEASES = ("canary", "direct")
+
+
+class CanaryRoomError(ServeFitError):
+    """The cluster has no room for a one-replica canary and the serving app has no replica to lend."""
+
+
+def canary_name(app_name: str) -> str:
+    return f"{app_name}{CANARY_SUFFIX}"
+
+
+def canary_route(app_name: str) -> str:
+    return f"/_canary/{app_name}"
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    """What a canary release runs while it is judged, and what it needs to promote or undo itself.
+
+    ``candidate`` is the app entry as it will serve once promoted (its name, route and replicas);
+    ``canary`` the same code and args as a 1-replica app of its own; ``serving`` the serving app as it runs
+    while the canary does (one replica fewer when ``lent``); ``baseline_scale``: the serving app's replicas
+    then, the load factor that gives both arms the same load per replica."""
+
+    app_name: str
+    candidate: dict[str, Any]
+    canary: dict[str, Any]
+    serving: dict[str, Any]
+    serving_before: dict[str, Any]
+    lent: int
+    baseline_scale: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CanaryPlan:
+        return cls(**raw)
+
+
+def fixed_replicas(app: dict[str, Any]) -> int | None:
+    """The app's replicas when every deployment has a fixed count (their least), None with autoscaling."""
+    counts = []
+    for dep in app.get("deployments", []):
+        if isinstance(dep.get("autoscaling_config"), dict):
+            return None
+        counts.append(int(dep.get("num_replicas", 1)))
+    return min(counts) if counts else 1
+
+
+def canary_app(candidate: dict[str, Any], app_name: str) -> dict[str, Any]:
+    """The candidate as a 1-replica app of its own (no autoscaling, no surge: nothing rolls out in it)."""
+    app = copy.deepcopy(candidate)
+    app["name"] = canary_name(app_name)
+    app["route_prefix"] = canary_route(app_name)
+    for dep in app.get("deployments", []):
+        dep.pop("autoscaling_config", None)
+        dep.pop("max_surge_percent", None)
+        dep["num_replicas"] = CANARY_REPLICAS
+    return app
+
+
+def lend_one(serving: dict[str, Any]) -> dict[str, Any]:
+    """The serving app with one replica fewer per deployment (a lightweight change: no replica restarts)."""
+    app = copy.deepcopy(serving)
+    for dep in app.get("deployments", []):
+        dep["num_replicas"] = int(dep.get("num_replicas", 1)) - 1
+    return app
+
+
+def plan_canary(
+    candidate: dict[str, Any],
+    current: dict[str, Any],
+    app_name: str,
+    fits: Callable[[dict[str, Any], list[dict[str, Any]]], Any],
+) -> CanaryPlan:
+    """Where the canary runs: beside the serving app if ``fits(canary, other_apps)`` passes (it raises
+    ServeFitError otherwise), else on one replica lent by the serving app; CanaryRoomError when neither."""
+    serving = app_by_name(current, app_name)
+    if serving is None:
+        raise ValueError(f"app {app_name!r} is not serving: a first deploy needs no canary")
+    canary = canary_app(candidate, app_name)
+    others = [a for a in current.get("applications", []) if a.get("name") != canary["name"]]
+    replicas = fixed_replicas(serving)
+    try:
+        fits(canary, others)
+        return CanaryPlan(app_name, candidate, canary, serving, serving, 0, replicas or 1)
+    except ServeFitError as beside:
+        if replicas is None or replicas < 2:
+            how = ("it autoscales" if replicas is None else f"it has {replicas} replica")
+            raise CanaryRoomError(
+                f"No room for a {CANARY_REPLICAS}-replica canary of app {app_name!r} beside what serves ({beside}), "
+                f"and the serving app cannot lend one replica's capacity ({how}; lending needs 2 or more fixed "
+                "replicas). Nothing was applied. Add a worker (the workers Param), give the app 2 or more "
+                "replicas, or set the release Param to 'direct' (judged after it takes all traffic)."
+            ) from None
+        lent = lend_one(serving)
+        try:
+            fits(canary, [lent if a.get("name") == app_name else a for a in others])
+        except ServeFitError as lending:
+            raise CanaryRoomError(
+                f"No room for a {CANARY_REPLICAS}-replica canary of app {app_name!r}, even with one of its "
+                f"{replicas} replicas lent ({lending}). Nothing was applied. Add a worker or set the release "
+                "Param to 'direct'."
+            ) from None
+        return CanaryPlan(app_name, candidate, canary, lent, serving, 1, replicas - 1)
+
+
+def with_canary(current: dict[str, Any], plan: CanaryPlan, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The cluster's config while the canary runs: the serving app (lent from, or as it was) plus the canary."""
+    config = merge_app(current, plan.serving, defaults=defaults)
+    return merge_app(config, plan.canary, defaults=defaults)
+
+
+def without_canary(current: dict[str, Any], plan: CanaryPlan) -> dict[str, Any]:
+    """``current`` without the canary app, and with a lent replica given back to the serving app when it still
+    runs the lent version (an app someone changed since is left as it is)."""
+    config = copy.deepcopy(current)
+    apps = [a for a in config.get("applications", []) if a.get("name") != plan.canary["name"]]
+    if plan.lent:
+        apps = [copy.deepcopy(plan.serving_before) if a.get("name") == plan.app_name and _same_version(a, plan.serving)
+                else a for a in apps]
+    config["applications"] = apps
+    return config
+
+
+def promoted(current: dict[str, Any], plan: CanaryPlan, surge_app: dict[str, Any]) -> dict[str, Any]:
+    """``current`` with the canary removed and the app running the candidate (``surge_app``: the candidate
+    with its rollout's ``max_surge_percent``), in one write: Serve starts the new replicas before it stops
+    the old ones, on the capacity the canary gives back."""
+    config = copy.deepcopy(current)
+    config["applications"] = [a for a in config.get("applications", []) if a.get("name") != plan.canary["name"]]
+    return merge_app(config, surge_app, defaults=config)
+
+
+def _same_version(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    from raylift.rollout import restarts_replicas
+
+    return not restarts_replicas(a, b)

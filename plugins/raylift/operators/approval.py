@@ -1,0 +1,73 @@
+"""A held release waits for a person: Airflow's own approval step (Required Actions in the UI, or the REST API).
+
+The gate holds an inconclusive release when ``on_inconclusive`` is ``hold``. This is the standard provider's
+``ApprovalOperator`` with the release's evidence as its body; the answer (or, after ``approval_timeout_minutes``,
+the ``approval_default``) goes back through :func:`raylift.release.decide`, which stays the one owner of the
+decision: approve → the ``promote`` step; reject → this task fails and the ``rollback`` step removes the canary.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
+
+from raylift.errors import GateError, RayliftValueError
+
+APPROVAL_DEFAULTS = ("approve", "reject")
+
+
+class ReleaseApprovalOperator(ApprovalOperator):
+    """Ask a person to approve or reject a held release; the decision is this task's ``decision`` XCom.
+
+    Timeout and default answer come from the run's Params (``approval_timeout_minutes``,
+    ``approval_default``), read when the task starts."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("subject", "Promote the held release?")
+        kwargs.setdefault("trigger_rule", "all_success")
+        super().__init__(**kwargs)
+
+    def execute(self, context: Any) -> Any:
+        from raylift.bench.judgement import format_judgement
+        from raylift.config import APPROVAL_DEFAULT
+        from raylift.operators.gate import approval_timeout_s
+
+        params = context.get("params") or {}
+        default = str(params.get("approval_default") or APPROVAL_DEFAULT)
+        if default not in APPROVAL_DEFAULTS:
+            raise RayliftValueError(f"approval_default {default!r} is not one of {list(APPROVAL_DEFAULTS)}")
+        self.response_timeout = timedelta(seconds=approval_timeout_s(params.get("approval_timeout_minutes")))
+        self.defaults = [self.APPROVE if default == "approve" else self.REJECT]
+        decision = context["ti"].xcom_pull(task_ids="gate", key="decision") or {}
+        judgement = (decision.get("evidence") or {}).get("judgement")
+        self.subject = (f"Release {context['run_id']} of app {params.get('app_name')!r} is {decision.get('verdict')}: "
+                        "promote it?")
+        self.body = "\n".join([
+            "The gate could not tell whether the candidate is slower than what serves.",
+            *[f"- {r}" for r in decision.get("reasons", [])],
+            "",
+            "```", format_judgement(judgement) if judgement else "(no judgement)", "```",
+            f"No answer in {self.response_timeout}: **{default}**.",
+        ])
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        from raylift.operators.gate import evidence_from_record
+        from raylift.release import PROMOTE, decide
+
+        answer = HITLOperator.execute_complete(self, context=context, event=event)  # validated, summary kept
+        chosen = answer["chosen_options"][0]
+        held = context["ti"].xcom_pull(task_ids="gate", key="decision") or {}
+        evidence = evidence_from_record(held, approval="approve" if chosen == self.APPROVE else "reject")
+        decision = decide(evidence)
+        by = answer.get("responded_by_user") or "the timeout's default"
+        record = {**held, **decision.as_dict(), "approval": {"answer": chosen, "by": str(by),
+                                                           "at": str(answer.get("responded_at"))}}
+        context["ti"].xcom_push(key="decision", value=record)  # the run record keeps it
+        self.log.info("approval: %s by %s -> %s", chosen, by, decision.action)
+        if decision.action != PROMOTE:
+            raise GateError(f"Release rejected ({chosen} by {by}): " + "; ".join(decision.reasons)
+                            + ". The rollback step removes the canary.")
+        return answer

@@ -1,0 +1,249 @@
+"""The release gate: judge the measured candidate, let ``raylift.release`` decide, and branch on its action.
+
+One visible step between the benchmark and what follows it. It reads what the benchmark stored (the candidate
+and, in a canary release, the serving app measured beside it; in a direct one, the anchor's samples from
+another moment), checks the SLOs and evidence, runs the Hodges–Lehmann / Mann-Whitney judgement, and hands
+the verdicts to :func:`raylift.release.decide`:
+
+- promote → the ``promote`` step;
+- hold → the ``approve_release`` step (Airflow's human-in-the-loop approval);
+- roll back → this task fails with the reasons, and the ``rollback`` step (``one_failed``) undoes the release.
+
+It also writes the run's report, which shows the comparison, the verdict table and the drift since the anchor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.standard.operators.branch import BaseBranchOperator
+
+from raylift.config import (
+    DEFAULT_APP_NAME,
+    DEFAULT_MAX_CUMULATIVE_REGRESSION,
+    DEFAULT_MAX_REGRESSION,
+    DEFAULT_REGRESSION_CONFIDENCE,
+)
+from raylift.errors import GateError, RayliftValueError
+from raylift.operators.base import TargetOperator
+
+# What a direct release is compared with: the anchor's samples, or nothing (re-baseline after the machine or
+# cluster changed under an unchanged app). In a canary release "none" restarts the anchor's chain.
+REGRESSION_BASELINES = ("last_good", "none")
+PROMOTE_TASK, APPROVE_TASK = "promote", "approve_release"
+
+
+class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
+    """Judge the benchmark, decide (``raylift.release.decide``), and follow the decision: ``promote``,
+    ``approve_release`` (hold), or fail so that ``rollback`` runs. The decision is this task's XCom.
+
+    :param app_name: the Serve application released.
+    :param deployed: the deploy task's XCom (release kind, endpoints).
+    :param slos: absolute limits (``raylift.bench.gates``).
+    :param max_regression: the tolerance of each metric's change against the baseline (a fraction).
+    :param regression_confidence: confidence of each metric's interval.
+    :param on_inconclusive: ``hold`` (ask for approval), ``pass`` (promote, not as an anchor) or ``fail``.
+    :param regression_strict: the older spelling of ``on_inconclusive: fail`` (True wins).
+    :param max_cumulative_regression: the largest slowdown allowed since the anchor, releases chained.
+    :param regression_baseline: ``last_good`` (judge against the anchor's chain) or ``none`` (start a new one).
+    :param approval_timeout_minutes: how long a hold waits for a person (also how long the lease is kept)."""
+
+    template_fields = (
+        *TargetOperator.template_fields,
+        "app_name", "deployed", "slos", "max_regression", "regression_confidence", "on_inconclusive",
+        "regression_strict", "max_cumulative_regression", "regression_baseline", "approval_timeout_minutes",
+    )
+
+    def __init__(
+        self,
+        *,
+        app_name: str = DEFAULT_APP_NAME,
+        deployed: Any = None,
+        slos: dict[str, Any] | None = None,
+        max_regression: float | str | None = None,
+        regression_confidence: float | str | None = None,
+        on_inconclusive: str | None = None,
+        regression_strict: bool | str | None = None,
+        max_cumulative_regression: float | str | None = None,
+        regression_baseline: str | None = None,
+        approval_timeout_minutes: float | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.app_name, self.deployed, self.slos = app_name, deployed, slos or {}
+        self.max_regression, self.regression_confidence = max_regression, regression_confidence
+        self.on_inconclusive, self.regression_strict = on_inconclusive, regression_strict
+        self.max_cumulative_regression = max_cumulative_regression
+        self.regression_baseline = regression_baseline
+        self.approval_timeout_minutes = approval_timeout_minutes
+        self._hold = False
+
+    def evidence(self, context: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None, list[Any], bool]:
+        """(the ReleaseEvidence, the candidate's results, the baseline's, the gate violations, unchanged)."""
+        from raylift.bench.gates import assess, merged_slos
+        from raylift.deploy_state import run_key
+        from raylift.operators.benchmark import _flag, _number, same_app_config
+        from raylift.release import ON_INCONCLUSIVE, ReleaseEvidence
+
+        baseline_choice = self.regression_baseline or "last_good"
+        if baseline_choice not in REGRESSION_BASELINES:
+            raise RayliftValueError(
+                f"regression_baseline {baseline_choice!r} is not one of {list(REGRESSION_BASELINES)}: 'last_good' "
+                "judges this release against the anchor, 'none' starts a new anchor")
+        on_inconclusive = str(self.on_inconclusive or "hold")
+        if _flag(self.regression_strict, False):
+            on_inconclusive = "fail"
+        if on_inconclusive not in ON_INCONCLUSIVE:
+            raise RayliftValueError(f"on_inconclusive {on_inconclusive!r} is not one of {list(ON_INCONCLUSIVE)}")
+        state = self.state_for(str(self.app_name))
+        run_id = context["run_id"]
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        canary = deployed.get("release") == "canary"
+        result = state.store.read_json(f"{run_key(run_id)}/benchmark.json")
+        skipped = (context["ti"].xcom_pull(task_ids="benchmark") or {}).get("skipped")
+        if result is None and skipped:
+            # an app without an OpenAI API (the translator): its smoke test is the evidence; nothing to judge
+            self.log.info("benchmark skipped (%s): the release is judged by its smoke test and SLOs only", skipped)
+            result = {"levels": [], "overall": {"error_rate": 0.0}, "skipped": skipped}
+        if result is None:
+            raise GateError(f"run {run_id} left no benchmark results ({run_key(run_id)}/benchmark.json): "
+                            "nothing to judge; the release is not promoted")
+        anchor = state.anchor() if baseline_choice == "last_good" else None
+        if anchor is None and baseline_choice == "last_good" and not canary:
+            good = state.last_good()  # state written before anchors existed: the last good run stands in
+            anchor = {"run_id": good["run_id"], "links": [], "benchmark": good.get("benchmark")} if good else None
+        config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
+        unchanged = not canary and same_app_config(state.last_good(), config, str(self.app_name))
+        if canary:
+            baseline = state.store.read_json(f"{run_key(run_id)}/baseline.json")
+            if baseline is None:
+                raise GateError(f"canary release {run_id}: the serving app's results (baseline.json) are missing")
+            # measured in the same rounds with the same prompts: another served name is no reason not to compare
+            baseline = {**baseline, "model": result.get("model")}
+            links = tuple(float(x) for x in (anchor or {}).get("links", []))
+        else:
+            baseline = (anchor or {}).get("benchmark")
+            links = ()  # measured against the anchor's own samples: the change is already cumulative
+        first = (not canary and (anchor is None or baseline_choice == "none") and not unchanged) or bool(skipped)
+        judgement, violations = assess(
+            result, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
+            None if (first or unchanged) else baseline,
+            max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
+            confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
+        )
+        not_regression = [v for v in violations if v.kind != "regression"]
+        evidence = ReleaseEvidence(
+            first_deploy=first or unchanged,
+            smoke_passed=True,  # the smoke test passed, or this step would not run
+            slo_violations=tuple(v.message for v in not_regression),
+            judgement=None if (first or unchanged) else judgement.as_dict(),
+            anchor_links=links,
+            on_inconclusive=on_inconclusive,
+            max_cumulative_regression=_number(self.max_cumulative_regression, DEFAULT_MAX_CUMULATIVE_REGRESSION),
+        )
+        return evidence, result, baseline if canary else None, violations, unchanged
+
+    def choose_branch(self, context: Any) -> str:
+        from raylift.bench.judgement import format_judgement
+        from raylift.deploy_state import run_key
+        from raylift.release import HOLD, PROMOTE, decide
+
+        evidence, result, baseline, violations, unchanged = self.evidence(context)
+        decision = decide(evidence)
+        state = self.state_for(str(self.app_name))
+        anchor = state.anchor()
+        record = {**decision.as_dict(), "unchanged": unchanged,
+                  "anchor_run_id": (anchor or {}).get("run_id"), "evidence": _evidence_dict(evidence)}
+        if unchanged:
+            record["reasons"] = [*record["reasons"], "same app config as the last good run: no release to judge "
+                                 "(a redeploy); it does not move the anchor"]
+            record["becomes_anchor"] = False
+        run_id = context["run_id"]
+        state.store.write_json(f"{run_key(run_id)}/release.json", record)
+        if evidence.judgement:
+            self.log.info("%s", format_judgement(evidence.judgement))
+        elif unchanged:
+            self.log.info("same app config as the last good run: no release to judge; SLOs and evidence only")
+        self._report(state, run_id, result, baseline, evidence, record)
+        self.log.info("release decision: %s (verdict %s; change %s, since the anchor %s)\n%s", decision.action,
+                      decision.verdict, _pct(decision.headline_change), _pct(decision.cumulative_change),
+                      "\n".join(f"- {r}" for r in record["reasons"]))
+        context["ti"].xcom_push(key="decision", value=record)
+        if decision.action == PROMOTE:
+            return PROMOTE_TASK
+        if decision.action == HOLD:
+            self._hold = True
+            return APPROVE_TASK
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        undo = ("the rollback step removes the canary (the serving app was never changed)"
+                if deployed.get("release") == "canary" else "the rollback step restores what served before this run")
+        raise GateError(f"Release gate failed ({decision.verdict}): " + "; ".join(record["reasons"]) + f". {undo}.")
+
+    def post_execute(self, context: Any, result: Any = None) -> None:
+        super().post_execute(context, result)
+        if self._hold:  # the lease must outlive the approval: nobody renews it while a person decides
+            self._keep_lease_for_approval(context)
+
+    def _keep_lease_for_approval(self, context: Any) -> None:
+        from raylift.config import RELEASE_LEASE_TTL_S
+        from raylift.lease import Lease
+        from raylift.operators.base import release_holder
+        from raylift.serve_writer import cluster_lease
+
+        manager = cluster_lease(self.target_impl)
+        current = manager.current()
+        if current is None or current.holder != release_holder(context):
+            return  # the next step finds out and fails before it writes
+        ttl = approval_timeout_s(self.approval_timeout_minutes) + RELEASE_LEASE_TTL_S
+        manager.renew(Lease(current.token, current.holder, current.expires_at), ttl)
+        self.log.info("the cluster's lease is kept for %.0f s: the approval's timeout plus the lease's TTL", ttl)
+
+    def _report(self, state: Any, run_id: str, result: dict[str, Any], baseline: dict[str, Any] | None,
+                evidence: Any, record: dict[str, Any]) -> None:
+        """The run's report, with the comparison; a plotting failure never blocks the decision."""
+        from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
+        from raylift.deploy_state import run_key
+
+        try:
+            result = {**result, "judgement": evidence.judgement or {}}
+            runs_prefix = run_key(run_id).rsplit("/", 1)[0]
+            stored = stored_results(state.store, runs_prefix)
+            comparison = {"baseline": baseline, "judgement": evidence.judgement, "release": record}
+            files = write_run_report(state.store, run_key(run_id), result, history=run_history(stored, result),
+                                     peers=cost_peers(stored, result, state.last_good()), comparison=comparison)
+            self.log.info("benchmark report: %s", state.store.child_uri(files["html"]))
+        except Exception:
+            self.log.exception("benchmark report not written; the decision stands")
+
+
+def approval_timeout_s(minutes: Any) -> float:
+    from raylift.config import APPROVAL_TIMEOUT_MINUTES
+
+    value = APPROVAL_TIMEOUT_MINUTES if minutes in (None, "") else float(minutes)
+    if value <= 0:
+        raise RayliftValueError(f"approval_timeout_minutes must be > 0, got {minutes!r}")
+    return value * 60
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _evidence_dict(evidence: Any) -> dict[str, Any]:
+    """What the decision saw, without the judgement (stored beside it in the record)."""
+    return {"first_deploy": evidence.first_deploy, "slo_violations": list(evidence.slo_violations),
+            "anchor_links": list(evidence.anchor_links), "on_inconclusive": evidence.on_inconclusive,
+            "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement}
+
+
+def evidence_from_record(record: dict[str, Any], *, approval: str | None = None) -> Any:
+    """The gate's evidence back from its stored decision (for the approval step's second call to decide)."""
+    from raylift.release import ReleaseEvidence
+
+    seen = record.get("evidence") or {}
+    return ReleaseEvidence(
+        first_deploy=bool(seen.get("first_deploy")), smoke_passed=True,
+        slo_violations=tuple(seen.get("slo_violations") or ()), judgement=seen.get("judgement"),
+        anchor_links=tuple(float(x) for x in seen.get("anchor_links") or ()),
+        max_cumulative_regression=float(seen["max_cumulative_regression"]),
+        on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval)

@@ -1,0 +1,137 @@
+"""Carry out a "promote" decision: the candidate becomes the app, then it is recorded as last good.
+
+The decision is the gate's (or, after a hold, the approval's); this step only does it. In a canary release it
+removes the canary and rolls the app to the candidate's config in one Serve write, start-before-stop on the
+capacity the canary gives back, and defers until the app is RUNNING; in a direct release the app already runs
+the candidate. Then the run is the app's last good one (the rollback target and the redeploy source), and the
+anchor moves: to this run if its verdict was a pass, else the run's change joins the anchor's chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
+from raylift.errors import DeployError, GateError
+from raylift.operators.base import TargetOperator
+
+
+class ReleaseConflictError(DeployError):
+    """The serving app changed while the canary was judged: promoting would overwrite someone else's change."""
+
+
+class PromoteReleaseOperator(TargetOperator):
+    """Promote the release the gate (or the approval) decided to promote.
+
+    :param app_name: the Serve application released.
+    :param deployed: the deploy task's XCom (release kind).
+    :param surge_replicas: the replicas the promotion's rollout starts beside the old ones (start-before-stop).
+    :param timeout_s: how long to wait for the app to be RUNNING on the candidate.
+    :param deferrable: free the worker slot while Serve rolls out (None: Airflow's default)."""
+
+    template_fields = (*TargetOperator.template_fields, "app_name", "deployed", "surge_replicas")
+
+    def __init__(self, *, app_name: str = DEFAULT_APP_NAME, deployed: Any = None,
+                 surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS, timeout_s: float = DEPLOY_TIMEOUT_S,
+                 deferrable: bool | None = None, **kwargs: Any) -> None:
+        from raylift.config import default_deferrable
+
+        kwargs.setdefault("trigger_rule", "none_failed_min_one_success")  # after the gate, or after an approval
+        super().__init__(**kwargs)
+        self.app_name, self.deployed, self.surge_replicas = app_name, deployed, surge_replicas
+        self.timeout_s = timeout_s
+        self.deferrable = default_deferrable(deferrable)
+
+    def _decision(self, context: Any) -> dict[str, Any]:
+        ti = context["ti"]
+        decision = ti.xcom_pull(task_ids="approve_release", key="decision") or ti.xcom_pull(
+            task_ids="gate", key="decision")
+        if not decision or decision.get("action") != "promote":
+            raise GateError(f"promote: the release decision is {decision and decision.get('action')!r}, not promote; "
+                            "nothing is promoted")
+        return dict(decision)
+
+    def execute(self, context: Any) -> Any:
+        from raylift.canary import CanaryPlan, promoted
+        from raylift.rollback import rollback_surge
+        from raylift.rollout import restarts_replicas, with_native_surge
+        from raylift.serve_config import app_by_name
+        from raylift.serve_writer import write_serve_config
+
+        decision = self._decision(context)
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        name, run_id = str(self.app_name), context["run_id"]
+        if deployed.get("release") != "canary":
+            config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
+            return self._record(context, config, decision)
+        state = self.state_for(name)
+        plan = CanaryPlan.from_dict(state.canary(run_id) or {})
+        target = self.target_impl
+        current = target.current_serve_config()
+        now = app_by_name(current, name)
+        if now is None or restarts_replicas(plan.serving, now):
+            raise ReleaseConflictError(
+                f"app {name!r} {'was removed' if now is None else 'runs another version'} since this run started its "
+                "canary (a hand change or another writer): not promoted, so that change is kept. The rollback step "
+                "removes the canary.")
+        without = {**current, "applications": [a for a in current["applications"]
+                                                if a.get("name") != plan.canary["name"]]}
+        surge = rollback_surge(target, plan.candidate, without, int(self.surge_replicas))
+        config = promoted(current, plan, with_native_surge(plan.candidate, surge))
+        state.begin_apply(run_id, current, config, surge=surge)  # keeps the pre-deploy snapshot: rollback's target
+        write_serve_config(target, config, read=current)
+        self.log.info("promote: canary %r removed and app %r rolling to the candidate, %s; waiting for RUNNING",
+                      plan.canary["name"], name,
+                      f"start-before-stop with {surge} surge replica(s)" if surge else "stop-before-start (no room)")
+        context["ti"].xcom_push(key="serve_config", value=config)
+        trigger = target.deploy_trigger(app_names=[name], timeout_s=self.timeout_s)
+        if self.deferrable:
+            from datetime import timedelta
+
+            self.defer(trigger=trigger, method_name="execute_complete",
+                       timeout=timedelta(seconds=self.timeout_s + 60))
+        return self.execute_complete(context, trigger.wait())
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise DeployError(
+                f"promote: app {self.app_name!r} did not become RUNNING on the candidate "
+                f"({event.get('app_status') or event.get('status')}): {event.get('message', 'unknown')}. "
+                "The rollback step restores what served before this run.")
+        config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
+        return self._record(context, config, self._decision(context))
+
+    def _record(self, context: Any, config: dict[str, Any] | None, decision: dict[str, Any]) -> dict[str, Any]:
+        """The run is the app's last good one; the anchor moves (``raylift.release.next_anchor_links``)."""
+        from raylift.deploy_state import run_key
+        from raylift.release import ReleaseDecision, next_anchor_links
+
+        name, run_id = str(self.app_name), context["run_id"]
+        state = self.state_for(name)
+        result = state.store.read_json(f"{run_key(run_id)}/benchmark.json")
+        previous = state.last_good()
+        if config:
+            state.record_good(run_id, config, benchmark=result)
+        anchor = state.anchor()
+        if anchor is None and previous is not None:
+            # state from before anchors: the last good run stood in for the anchor (the gate judged a direct
+            # release against it), so the chain starts there, never at an anchor without a run or samples
+            anchor = {"run_id": previous["run_id"], "links": [], "benchmark": previous.get("benchmark")}
+        links = tuple(float(x) for x in (anchor or {}).get("links", []))
+        final = ReleaseDecision(
+            action=decision["action"], verdict=decision["verdict"], reasons=tuple(decision.get("reasons") or ()),
+            headline_change=decision.get("headline_change"), cumulative_change=decision.get("cumulative_change"),
+            becomes_anchor=bool(decision.get("becomes_anchor")))
+        new_links = next_anchor_links(links, final)
+        if final.becomes_anchor:
+            state.write_anchor(run_id, [], result)
+            moved = f"run {run_id} is the new anchor (its verdict was {final.verdict})"
+        elif anchor is None:  # nothing raylift released passed before (the app was deployed by hand)
+            moved = f"no anchor yet (verdict {final.verdict}, not a pass): the next release that passes becomes it"
+        else:
+            state.write_anchor(anchor.get("run_id"), list(new_links), anchor.get("benchmark"))
+            moved = (f"the anchor stays run {anchor.get('run_id')} (verdict {final.verdict}, not a pass); "
+                     f"changes since it: {', '.join(f'{x:+.1%}' for x in new_links) or 'none'}")
+        self.log.info("promoted: app %r serves run %s's config; %s", name, run_id, moved)
+        return {"promoted": True, "verdict": final.verdict, "anchor": moved,
+                "cumulative_change": final.cumulative_change}
