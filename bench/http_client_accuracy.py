@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.stub_server import running_stub  # noqa: E402
 from raylift.bench.loadgen import LoadGenerator  # noqa: E402
 from raylift.bench.metrics import distribution  # noqa: E402
 from raylift.bench.profiles import RequestProfile, generate_requests  # noqa: E402
-from tests.bench.stub_server import running_stub  # noqa: E402
 
 INJECTED = {"ttft_ms": 200.0, "itl_ms": 40.0}
 OUTPUT_TOKENS = 24

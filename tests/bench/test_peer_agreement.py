@@ -1,7 +1,7 @@
 """raylift's load generator and vLLM's own ``vllm bench serve`` (a peer nobody here wrote) on one load.
 
 Both clients, one after the other, send the same load (16 streamed completions, 32 output tokens each,
-at concurrency 4) to the stub server (``tests/bench/stub_server.py``) with injected TTFT and
+at concurrency 4) to the stub server (``bench/stub_server.py``) with injected TTFT and
 inter-token delays. Mean TTFT, mean TPOT and output tokens/s must agree within 3 % between the two
 clients and with the truth: the delays the stub reports it really produced (``GET /stats``), not only
 the nominal ones, so a busy machine that makes the stub late is not blamed on a client. The nominal
@@ -58,7 +58,7 @@ OUTPUT_TOKENS = 32
 REQUESTS = 16
 CONCURRENCY = 4
 TOLERANCE = 0.03  # the issue's bound, relative
-CLIENT_NICE = -10  # the stub's own (tests/bench/stub_server.py)
+CLIENT_NICE = -10  # the stub's own (bench/stub_server.py)
 NOMINAL_SLACK = 0.25  # how far the stub's produced delays may stray from the injected ones
 METRICS = ("ttft_ms", "tpot_ms", "output_tokens_per_s")
 
