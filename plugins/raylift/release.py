@@ -42,9 +42,13 @@ PASS, REGRESSED, INCONCLUSIVE, FAILED, NEW_BASELINE = "pass", "regressed", "inco
 SMOKE_FAILED, SLO_VIOLATED, CUMULATIVE_REGRESSION = "smoke failed", "slo violated", "cumulative regression"
 NOT_JUDGED = "not judged"
 
-# The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back; chosen with
-# bench/gate_error_rates.py (the release process simulated under this machine's slow spells).
-DEFAULT_MAX_CUMULATIVE_REGRESSION = 0.10
+# The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back. Below 0.10 on
+# purpose: a release exactly 10 % slower has a headline above 0.10 only half the time. In
+# bench/gate_error_rates.py (this machine's slow spells, canary and serving app side by side, 128 requests per
+# level, tolerance 0.10) 0.09 rejected 0-0.3 % of unchanged candidates and 64 % of 10 % slower ones; 0.10
+# caught 52 %, 0.08 caught 73-75 % but falsely stopped more sequences of unchanged releases (the chain adds
+# each promoted release's measurement noise until a "pass" resets it).
+DEFAULT_MAX_CUMULATIVE_REGRESSION = 0.09
 DEFAULT_ON_INCONCLUSIVE = "hold"
 # The metric the headline reads: end-to-end latency, what a user waits for (TTFT plus every token after it).
 HEADLINE_METRIC = "e2e_ms"
