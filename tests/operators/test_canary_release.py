@@ -1,0 +1,206 @@
+"""A canary release on the Serve REST stand-in (tests/fixtures/serve_standin.py), real operators and local target.
+
+A changed app runs as ``<app>-canary`` (1 replica, at ``/_canary/<app>``) beside the serving app, which is not
+changed; promote turns the app into the candidate and removes the canary in one write; the rollback step
+removes the canary (and gives back a replica the serving app lent). The decisions pushed here are
+``raylift.release.decide``'s own; the gate that makes them is tested in test_benchmark_gates.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raylift.deploy_state import DeploymentState
+from raylift.errors import RayliftValueError
+from raylift.release import ReleaseEvidence, decide
+from raylift.store import LocalStore
+from raylift.targets.local import LocalTarget
+from tests.fixtures.serve_standin import ServeStandin, serve_standin
+from tests.operators.test_benchmark_gates import XComs
+
+APP, CANARY = "translator", "translator-canary"
+FIRST = ReleaseEvidence(first_deploy=True, smoke_passed=True, slo_violations=(), judgement=None)
+PASSED = ReleaseEvidence(first_deploy=False, smoke_passed=True, slo_violations=(),
+                         judgement={"verdict": "pass", "metrics": []})
+
+
+@pytest.fixture()
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServeStandin]:
+    with serve_standin(monkeypatch, tmp_path, {"proxy_location": "HeadOnly", "applications": []}) as standin:
+        yield standin
+
+
+def state(tmp_path: Path) -> DeploymentState:
+    return DeploymentState(LocalStore(tmp_path / "model-store"), "local", APP)
+
+
+def deploy(model: str, run_id: str, xcoms: XComs, replicas: int = 1, **kwargs: Any) -> dict[str, Any]:
+    """The deploy step of ``run_id`` (translator app, weights ``model``), waiting in the worker."""
+    from raylift.operators.deploy import ServeDeployOperator
+
+    op = ServeDeployOperator(
+        task_id="deploy", artifact={"digest": "d", "working_dir": "file:///tmp/a.zip"},
+        model={"model_id": "m", "revision": "r", "uri": model, "manifest_uri": f"{model}/m.json"},
+        served_name="tiny-t5", app_name=APP, serve_config="translator-cpu.yaml", replicas=replicas,
+        deferrable=False, **kwargs)
+    return op.execute(xcoms.context(run_id, "deploy"))
+
+
+def promote(run_id: str, xcoms: XComs, deployed: dict[str, Any], evidence: ReleaseEvidence = PASSED) -> Any:
+    """The promote step after a gate whose decision is ``decide(evidence)``."""
+    from raylift.operators.promote import PromoteReleaseOperator
+
+    xcoms[("gate", "decision")] = decide(evidence).as_dict()
+    op = PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=deployed, deferrable=False)
+    return op.execute(xcoms.context(run_id, "promote"))
+
+
+def rollback(run_id: str) -> str:
+    from raylift.operators.guard import RollbackUnprovenOperator
+
+    return RollbackUnprovenOperator(task_id="rollback", app_name=APP).execute({"run_id": run_id})
+
+
+def first_release(model: str = "/store/a", replicas: int = 1) -> dict[str, Any]:
+    """A first deploy of the app, promoted: what serves when the next release starts."""
+    xcoms = XComs()
+    out = deploy(model, "r1", xcoms, replicas=replicas)
+    promote("r1", xcoms, out, FIRST)
+    return out
+
+
+def names(serve: ServeStandin) -> list[str]:
+    return [a["name"] for a in serve.config["applications"]]
+
+
+def test_a_changed_app_starts_as_a_canary_beside_the_serving_app_which_stays_byte_identical(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    first_release()
+    serving = json.dumps(serve.app(APP))
+    puts = len(serve.puts)
+    out = deploy("/store/b", "r2", XComs())
+    assert out["release"] == "canary" and out["canary_app"] == CANARY and out["lent"] == 0, out
+    assert out["route_prefix"] == "/_canary/translator" and out["endpoint"].endswith("/_canary/translator")
+    assert out["baseline_scale"] == 1 and out["baseline_endpoint"] != out["endpoint"]
+    assert len(serve.puts) == puts + 1 and names(serve) == [APP, CANARY]
+    assert json.dumps(serve.app(APP)) == serving  # users' app: not one byte changed
+    canary = serve.app(CANARY)
+    assert canary["args"]["model"] == "/store/b" and canary["route_prefix"] == "/_canary/translator"
+    assert [d["num_replicas"] for d in canary["deployments"]] == [1]
+    assert state(tmp_path).canary("r2")["canary"]["name"] == CANARY  # saved before the write: rollback's plan
+
+
+def test_promote_makes_the_app_the_candidate_and_removes_the_canary_in_one_write(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    first_release()
+    xcoms = XComs()
+    out = deploy("/store/b", "r2", xcoms)
+    puts = len(serve.puts)
+    done = promote("r2", xcoms, out)
+    assert len(serve.puts) == puts + 1 and names(serve) == [APP]  # one write: canary gone, app rolled
+    app = serve.app(APP)
+    assert app["args"]["model"] == "/store/b" and app["route_prefix"] == "/"
+    assert app["deployments"][0]["max_surge_percent"] > 0  # start-before-stop on the room the canary gave back
+    assert done["promoted"] and state(tmp_path).last_good()["run_id"] == "r2"
+    assert state(tmp_path).anchor()["run_id"] == "r2"
+    # a proven run is not undone by a later rollback step (e.g. its run record failed)
+    assert "passed its gates" in rollback("r2") and len(serve.puts) == puts + 1
+
+
+def test_rollback_removes_the_canary_and_the_serving_app_is_untouched(serve: ServeStandin, tmp_path: Path) -> None:
+    first_release()
+    serving = json.dumps(serve.app(APP))
+    deploy("/store/b", "r2", XComs())
+    puts = len(serve.puts)
+    action = rollback("r2")  # the gate rejected it (or smoke/benchmark failed): the rollback step runs
+    assert "removed the canary app 'translator-canary'" in action and "gave" not in action, action
+    assert len(serve.puts) == puts + 1 and names(serve) == [APP]
+    assert json.dumps(serve.app(APP)) == serving
+    assert "already gone" in rollback("r2") and len(serve.puts) == puts + 1  # idempotent
+    assert state(tmp_path).last_good()["run_id"] == "r1"
+
+
+def test_a_full_cluster_lends_one_replica_of_a_two_replica_app_and_gets_it_back(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    serve.cpus = 1.0  # 2 replicas x 0.5 CPU: no room for a canary beside them
+    first_release(replicas=2)
+    serving = json.dumps(serve.app(APP))
+    out = deploy("/store/b", "r2", XComs(), replicas=2)
+    assert out["lent"] == 1 and out["baseline_scale"] == 1, out
+    lent = serve.app(APP)
+    assert lent["args"]["model"] == "/store/a" and [d["num_replicas"] for d in lent["deployments"]] == [1]
+    assert [d["num_replicas"] for d in serve.app(CANARY)["deployments"]] == [1]
+    action = rollback("r2")
+    assert "gave app 'translator' its lent replica back" in action, action
+    assert names(serve) == [APP] and serve.app(APP) == json.loads(serving)  # as it was (keys in the store's order)
+    # the next release lends again; promoted, the app runs its 2 replicas of the candidate
+    xcoms = XComs()
+    out = deploy("/store/b", "r3", xcoms, replicas=2)
+    assert out["lent"] == 1
+    promote("r3", xcoms, out)
+    app = serve.app(APP)
+    assert names(serve) == [APP] and app["args"]["model"] == "/store/b"
+    assert [d["num_replicas"] for d in app["deployments"]] == [2]
+    assert not app["deployments"][0].get("max_surge_percent")  # no room for a surge: stop-before-start
+
+
+def test_a_one_replica_app_on_a_full_cluster_is_refused_before_anything_is_applied(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    from raylift.canary import CanaryRoomError
+
+    serve.cpus = 0.5  # room for the one 0.5-CPU replica, not for a canary beside it
+    first_release()
+    before, puts = copy.deepcopy(serve.config), len(serve.puts)
+    with pytest.raises(CanaryRoomError, match=r"No room for a 1-replica canary of app 'translator'.*"
+                       r"cluster has 0\.5, other apps hold 0\.5, so 0 are free.*it has 1 replica.*Nothing was "
+                       r"applied.*'direct'"):
+        deploy("/store/b", "r2", XComs())
+    assert serve.config == before and len(serve.puts) == puts
+    assert state(tmp_path).canary("r2") is None and state(tmp_path).applied("r2") is None
+
+
+def test_a_first_deploy_and_release_direct_keep_the_direct_path(serve: ServeStandin, tmp_path: Path) -> None:
+    out = first_release()
+    assert out["release"] == "direct" and "canary_app" not in out and names(serve) == [APP]
+    assert state(tmp_path).canary("r1") is None
+    # a change that restarts no replica (replicas only) is applied to the app itself
+    assert deploy("/store/a", "r2", XComs(), replicas=2)["release"] == "direct"
+    assert names(serve) == [APP] and serve.app(APP)["deployments"][0]["num_replicas"] == 2
+    # release 'direct': a code update goes to the app itself, no canary
+    out = deploy("/store/b", "r3", XComs(), replicas=2, release="direct")
+    assert out["release"] == "direct" and names(serve) == [APP] and serve.app(APP)["args"]["model"] == "/store/b"
+    assert state(tmp_path).canary("r3") is None
+    puts = len(serve.puts)
+    with pytest.raises(RayliftValueError, match="'release' must be one of \\['canary', 'direct'\\], got 'blue-green'"):
+        deploy("/store/c", "r4", XComs(), release="blue-green")
+    assert len(serve.puts) == puts
+
+
+def test_promote_refuses_when_the_serving_app_changed_meanwhile(serve: ServeStandin, tmp_path: Path) -> None:
+    from raylift.operators.promote import ReleaseConflictError
+
+    first_release()
+    xcoms = XComs()
+    out = deploy("/store/b", "r2", xcoms)
+    by_hand = copy.deepcopy(serve.config)  # a hand `serve deploy` of another version while the canary is judged
+    by_hand["applications"][0]["args"]["model"] = "/store/c"
+    LocalTarget().apply_serve_config(by_hand)
+    puts = len(serve.puts)
+    with pytest.raises(ReleaseConflictError, match="app 'translator' runs another version since this run started"):
+        promote("r2", xcoms, out)
+    assert len(serve.puts) == puts and serve.config == by_hand
+    assert state(tmp_path).last_good()["run_id"] == "r1"
+    # the rollback step then removes the canary and keeps the hand change
+    action = rollback("r2")
+    assert "removed the canary app" in action and "no longer runs what run r2 applied" in action, action
+    assert names(serve) == [APP] and serve.app(APP)["args"]["model"] == "/store/c"
