@@ -66,6 +66,11 @@ def test_unknown_target_is_refused_by_the_params_form() -> None:
         ({"engine_args": "max_model_len=5"}, "engine_args"),
         ({"slos": {"max_error_rate": 2}}, "slos"),
         ({"concurrency": [0]}, "concurrency"),
+        ({"release": "blue-green"}, "release"),
+        ({"on_inconclusive": "maybe"}, "on_inconclusive"),
+        ({"max_cumulative_regression": -0.1}, "max_cumulative_regression"),
+        ({"approval_timeout_minutes": 0}, "approval_timeout_minutes"),
+        ({"approval_default": "ignore"}, "approval_default"),
     ],
 )
 def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> None:
@@ -75,6 +80,8 @@ def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> No
 
 def test_good_params_validate() -> None:
     validate({"replicas": 1, "workers": 0, "concurrency": [1, 8]})
+    validate({"release": "direct", "on_inconclusive": "fail", "max_cumulative_regression": 0.2,
+              "approval_timeout_minutes": 5, "approval_default": "approve"})
 
 
 def test_the_inferentia2_llmperf_run_is_one_trigger_away() -> None:

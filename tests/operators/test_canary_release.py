@@ -204,3 +204,39 @@ def test_promote_refuses_when_the_serving_app_changed_meanwhile(serve: ServeStan
     action = rollback("r2")
     assert "removed the canary app" in action and "no longer runs what run r2 applied" in action, action
     assert names(serve) == [APP] and serve.app(APP)["args"]["model"] == "/store/c"
+
+
+def lost(self: LocalTarget, **kw: Any) -> Any:
+    """The task's process ends right after its PUT (a lost worker), before the wait: Airflow retries it."""
+    raise SystemExit("worker lost")
+
+
+def test_a_retried_canary_deploy_keeps_its_plan_and_what_was_lent(serve: ServeStandin, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    serve.cpus = 1.0
+    first_release(replicas=2)
+    serving = json.dumps(serve.app(APP))
+    with monkeypatch.context() as m:
+        m.setattr(LocalTarget, "deploy_trigger", lost)
+        with pytest.raises(SystemExit):
+            deploy("/store/b", "r2", XComs(), replicas=2)
+    assert serve.app(CANARY) and [d["num_replicas"] for d in serve.app(APP)["deployments"]] == [1]
+    out = deploy("/store/b", "r2", XComs(), replicas=2)  # try 2: the app now runs 1 replica, lent to the canary
+    assert out["lent"] == 1 and names(serve) == [APP, CANARY], out
+    assert "gave app 'translator' its lent replica back" in rollback("r2")
+    assert names(serve) == [APP] and serve.app(APP) == json.loads(serving)
+
+
+def test_a_retried_promote_finishes_its_own_write(serve: ServeStandin, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    first_release()
+    xcoms = XComs()
+    out = deploy("/store/b", "r2", xcoms)
+    with monkeypatch.context() as m:
+        m.setattr(LocalTarget, "deploy_trigger", lost)
+        with pytest.raises(SystemExit):
+            promote("r2", xcoms, out)
+    assert names(serve) == [APP] and serve.app(APP)["args"]["model"] == "/store/b"  # written, never recorded
+    puts = len(serve.puts)
+    assert promote("r2", xcoms, out)["promoted"]  # try 2: no conflict with its own write, nothing written again
+    assert len(serve.puts) == puts and state(tmp_path).last_good()["run_id"] == "r2"

@@ -222,14 +222,26 @@ class ServeDeployOperator(TargetOperator):
                        defaults: dict[str, Any]) -> Any:
         """Start the candidate as ``<app>-canary`` beside the serving app (on a lent replica if it must), under
         the cluster's lease, and wait for it (and a lent-from app) to be RUNNING."""
-        from raylift.canary import plan_canary, with_canary
+        from raylift.canary import CanaryPlan, plan_canary, with_canary
+        from raylift.rollout import restarts_replicas
+        from raylift.serve_config import app_by_name
         from raylift.serve_writer import write_serve_config
 
         name = str(self.app_name)
-        plan = plan_canary(app, current, name, self._fits)
-        config = with_canary(current, plan, defaults)
         run_id = context["run_id"]
         state = self.state_for(name)
+        saved = state.canary(run_id)
+        earlier = CanaryPlan.from_dict(saved) if saved is not None else None
+        serving = app_by_name(current, name)
+        if (earlier is not None and earlier.candidate == app and serving is not None
+                and not restarts_replicas(earlier.serving, serving)):
+            # a retry whose earlier try applied the canary and died: its plan stands (what the serving app lent
+            # is known only to it; planned again, the lent-from app would look like a 1-replica app of its own)
+            plan = earlier
+            self.log.warning("an earlier try of run %s started this canary and did not finish: finishing it", run_id)
+        else:
+            plan = plan_canary(app, current, name, self._fits)
+        config = with_canary(current, plan, defaults)
         state.save_canary(run_id, plan.as_dict())
         state.begin_apply(run_id, current, config, surge=self.surge)  # what rollback undoes if this run dies
         write_serve_config(self.target_impl, config, read=current)
@@ -258,8 +270,14 @@ class ServeDeployOperator(TargetOperator):
         app = self.render()
         target = self.target_impl
         current = target.current_serve_config()
-        if self._release_kind(app, current) == "canary":
-            self.check_fit(app, current)  # the candidate's own shape fits the cluster (its room: plan_canary)
+        release = self._release_kind(app, current)
+        if release == "canary":
+            from raylift.canary import canary_name
+
+            # the candidate's own shape fits the cluster (its room beside the serving app: plan_canary); a canary
+            # an earlier try of this run started is not another app's room
+            self.check_fit(app, {**current, "applications": [a for a in current.get("applications", [])
+                                                              if a.get("name") != canary_name(str(self.app_name))]})
             dark = False
         else:
             dark = self.check_fit_with_surge(app, current)
@@ -270,7 +288,7 @@ class ServeDeployOperator(TargetOperator):
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
                                         working_dir=(app.get("runtime_env") or {}).get("working_dir"))
         defaults = {**self._base, **target.serve_cluster_options()}
-        if self._release_kind(app, current) == "canary":
+        if release == "canary":
             return self._deploy_canary(context, app, current, defaults)
         # start-before-stop by Serve itself (raylift.rollout): a lightweight option, harmless on a new app
         config = merge_app(current, with_native_surge(app, self.surge), defaults=defaults)

@@ -69,6 +69,13 @@ class PromoteReleaseOperator(TargetOperator):
         target = self.target_impl
         current = target.current_serve_config()
         now = app_by_name(current, name)
+        ours = app_by_name((state.applied(run_id) or {}).get("config") or {}, name)  # this run's last write
+        if (now is not None and ours is not None and app_by_name(current, plan.canary["name"]) is None
+                and not restarts_replicas(plan.candidate, now) and not restarts_replicas(plan.candidate, ours)):
+            # a retry whose earlier try wrote the promotion and died: finish it (wait, then record), never
+            # refuse this run's own write as someone else's change
+            self.log.warning("an earlier try of run %s already promoted app %r: waiting for RUNNING", run_id, name)
+            return self._wait(context, current)
         if now is None or restarts_replicas(plan.serving, now):
             raise ReleaseConflictError(
                 f"app {name!r} {'was removed' if now is None else 'runs another version'} since this run started its "
@@ -83,8 +90,12 @@ class PromoteReleaseOperator(TargetOperator):
         self.log.info("promote: canary %r removed and app %r rolling to the candidate, %s; waiting for RUNNING",
                       plan.canary["name"], name,
                       f"start-before-stop with {surge} surge replica(s)" if surge else "stop-before-start (no room)")
+        return self._wait(context, config)
+
+    def _wait(self, context: Any, config: dict[str, Any]) -> Any:
+        """Defer (or wait in the worker) until the app runs ``config``'s version, then record the promotion."""
         context["ti"].xcom_push(key="serve_config", value=config)
-        trigger = target.deploy_trigger(app_names=[name], timeout_s=self.timeout_s)
+        trigger = self.target_impl.deploy_trigger(app_names=[str(self.app_name)], timeout_s=self.timeout_s)
         if self.deferrable:
             from datetime import timedelta
 
