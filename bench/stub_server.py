@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -59,7 +60,7 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def _event(obj: dict) -> bytes:
+def _event(obj: dict[str, Any]) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
@@ -207,7 +208,7 @@ class StubServer:
         self.count = 0
         self.active = 0
         self.waiting: deque[tuple[_Connection, bytes, bool]] = deque()
-        self.frames: dict[tuple, list[bytes]] = {}
+        self.frames: dict[tuple[bool, str, int, int, bool, bool], list[bytes]] = {}
         self.achieved: list[tuple[float, list[float]]] = []  # (TTFT, ITL gaps) in seconds, as written
         self.rng = random.Random(config.seed)
         self.completions_started = 0  # completion requests so far (the slow spell counts them)
@@ -252,7 +253,7 @@ class StubServer:
             self.active += 1
             self.complete(conn, json.loads(body), chat, self.loop.time())
 
-    def complete(self, conn: _Connection, req: dict, chat: bool, t0: float) -> None:
+    def complete(self, conn: _Connection, req: dict[str, Any], chat: bool, t0: float) -> None:
         cfg = self.config
         n_out = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         prompt = req["messages"][-1]["content"] if chat else req.get("prompt", "")
@@ -286,15 +287,15 @@ def _frames(chat: bool, model: str, n_in: int, n_out: int, stream: bool, usage: 
     counts = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
     if not stream:
         text = " tok" * n_out
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+        answer = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
                   if chat else {"index": 0, "text": text, "finish_reason": "length"})
         body = {"id": "stub", "object": "chat.completion" if chat else "text_completion", "model": model,
-                "choices": [choice], **({"usage": counts} if usage else {})}
+                "choices": [answer], **({"usage": counts} if usage else {})}
         return [_response("200 OK", json.dumps(body).encode())]
     base = {"id": "stub", "object": "chat.completion.chunk" if chat else "text_completion", "created": 0,
             "model": model}
 
-    def choice(content: str, finish: str | None) -> dict:
+    def choice(content: str, finish: str | None) -> dict[str, Any]:
         if chat:
             return {**base, "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]}
         return {**base, "choices": [{"index": 0, "text": content, "finish_reason": finish}]}
