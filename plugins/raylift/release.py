@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from raylift.config import DEFAULT_MAX_CUMULATIVE_REGRESSION, DEFAULT_ON_INCONCLUSIVE
 from raylift.errors import RayliftValueError
 
 PROMOTE, ROLL_BACK, HOLD = "promote", "roll_back", "hold"
@@ -48,8 +49,6 @@ NOT_JUDGED = "not judged"
 # level, tolerance 0.10) 0.09 rejected 0-0.3 % of unchanged candidates and 64 % of 10 % slower ones; 0.10
 # caught 52 %, 0.08 caught 73-75 % but falsely stopped more sequences of unchanged releases (the chain adds
 # each promoted release's measurement noise until a "pass" resets it).
-DEFAULT_MAX_CUMULATIVE_REGRESSION = 0.09
-DEFAULT_ON_INCONCLUSIVE = "hold"
 # The metric the headline reads: end-to-end latency, what a user waits for (TTFT plus every token after it).
 HEADLINE_METRIC = "e2e_ms"
 HEADLINE_FALLBACK = "output_tokens_per_s"  # the same slowdown seen from the other side, when e2e is missing

@@ -39,7 +39,6 @@ import psutil
 import pytest
 from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-from raylift.serve_config import app_by_name
 from tests.fixtures.background_load import BackgroundLoad
 from tests.fixtures.local_stack import LocalStack, make_stack, stop_cluster, tiny_model_path
 from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
@@ -137,7 +136,7 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     record = stack.run_records()[-1]
     assert record["target"] == "local"
     assert record["steps"] == dict.fromkeys(
-        ["artifact", "model", "deployed", "smoke", "benchmark", "serve_config"], "done"
+        ["artifact", "model", "deployed", "smoke", "benchmark", "release", "promote", "serve_config"], "done"
     )
     assert record["smoke"]["chat"]["usage"]["completion_tokens"] > 0
     overall = record["benchmark"]["overall"]

@@ -127,7 +127,7 @@ def test_deploy_onto_it_runs_the_inferentia2_profile_from_params(stack: LocalSta
     record = stack.run_records()[-1]
     assert record["target"] == "ray"
     assert record["steps"] == dict.fromkeys(
-        ["artifact", "model", "deployed", "smoke", "benchmark", "serve_config"], "done"
+        ["artifact", "model", "deployed", "smoke", "benchmark", "release", "promote", "serve_config"], "done"
     )
     # Ray Serve's own view: the app RUNNING on that cluster, at the Serve URL raylift was given
     assert _app_status() == "RUNNING"

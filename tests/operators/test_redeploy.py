@@ -38,7 +38,7 @@ GOOD_PARAMS = {
 }
 CONFIG = {"applications": [{"name": "llm", "import_path": "serve_apps.llm:app"}]}
 # what every replay adds: nobody is there to approve a scheduled release (raylift.config.SCHEDULED_ON_INCONCLUSIVE)
-SCHEDULED = {"on_inconclusive": "fail"}
+SCHEDULED = {"on_inconclusive": "pass"}
 PASSED = {"artifact": {"uri": "a"}, "model": {"uri": "m"}, "deployed": {"endpoint": "e"}, "smoke": {"ok": True},
           "benchmark": {"overall": {}}}  # what each step of a passing raylift_deploy returned
 

@@ -175,7 +175,7 @@ class LastGoodConfOperator(TargetOperator):
                 "be replayed; keep secrets in Airflow connections, or run raylift_deploy with a full conf."
             )
         conf["cluster_conn_id"] = self.cluster_conn_id or None  # the replay lands on the cluster whose state it read
-        # nobody is there to approve a scheduled release: an inconclusive one keeps what serves (the canary goes)
+        # nobody is there to approve a scheduled release: it never holds (raylift.config.SCHEDULED_ON_INCONCLUSIVE)
         conf["on_inconclusive"] = SCHEDULED_ON_INCONCLUSIVE
         if model:
             conf.update(model_source=model["uri"], model_id=model["model_id"], revision=model["revision"])

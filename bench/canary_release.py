@@ -1,0 +1,184 @@
+"""Canary releases on the real local stack (issue 26): five slower candidates and five of the same speed, alternating.
+
+One local Ray cluster (head + 1 worker, 3 CPUs) serves the tiny model with one replica; a client sends one chat
+request every 2 s to the serving app the whole time (bounded in count and time) and counts every failure. Then
+``raylift_deploy`` runs (``airflow dags test``, the product's own path) ten times, alternating:
+
+- **slower**: the serving config with ``engine_args.max_num_seqs: 1``, measured at concurrency 1 and 4 (one
+  sequence at a time: four concurrent requests queue behind each other);
+- **same speed**: a new model folder of the same shape (the tiny model generated with another seed).
+
+Both with ``on_inconclusive: pass``, so a slower candidate is rejected only when the gate really judges it
+(regressed, failed or over the cumulative limit), never because doubt fails it. For each run: the gate's action and
+verdict, the headline change, whether the serving app's Serve config changed (Ray Serve's REST API), and the
+client's failed requests while it ran.
+
+    RAYLIFT_TINY_MODEL=.cache/tiny-llama .cache/venvs/control/bin/python bench/canary_release.py [--runs 5]
+
+Writes bench/results/canary_release.json. Takes about 30 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTROL_BIN = ROOT / ".cache/venvs/control/bin"
+RUNTIME_PYTHON = ROOT / ".cache/venvs/runtime/bin/python"
+BASE = 28000
+MODEL = "tiny-canary"
+
+
+def stack_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "RAYLIFT_HOME": str(home), "AIRFLOW_HOME": str(home / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True", "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(BASE + 80),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{BASE + 80}/execution/",
+        "RAYLIFT_SERVE_PORT": str(BASE + 10), "RAYLIFT_DASHBOARD_PORT": str(BASE + 265),
+        "RAYLIFT_RAY_PORT": str(BASE + 379), "RAYLIFT_CLIENT_PORT": str(BASE + 1),
+        "RAYLIFT_AGENT_PORT": str(BASE + 500), "PATH": f"{CONTROL_BIN}:{env.get('PATH', '')}",
+    })
+    return env
+
+
+class Client:
+    """One chat request every ``period`` s to the serving app, from one thread; every answer counted."""
+
+    def __init__(self, url: str, period: float = 2.0, max_requests: int = 3000, max_s: float = 3600) -> None:
+        self.url, self.period, self.max_requests, self.max_s = url, period, max_requests, max_s
+        self.sent = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        with httpx.Client(timeout=60) as http:
+            while not self._stop.is_set() and self.sent < self.max_requests and time.monotonic() - t0 < self.max_s:
+                self.sent += 1
+                try:
+                    r = http.post(f"{self.url}/v1/chat/completions", json={
+                        "model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
+                    if r.status_code != 200:
+                        self.failures.append(f"{r.status_code} {r.text[:80]}")
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+                self._stop.wait(self.period)
+
+    def __enter__(self) -> Client:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(90)
+
+
+def airflow(env: dict[str, str], *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CONTROL_BIN / "airflow"), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def serving_config(dashboard: str) -> dict[str, Any]:
+    apps = httpx.get(f"{dashboard}/api/serve/applications/", timeout=10).json()["applications"]
+    return {"llm": apps.get("llm", {}).get("deployed_app_config"), "apps": sorted(apps)}
+
+
+def newest(home: Path, name: str) -> dict[str, Any]:
+    files = sorted((home / "model-store/_raylift/runs").glob(f"*/{name}"), key=lambda p: p.stat().st_mtime)
+    return json.loads(files[-1].read_text()) if files else {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5, help="candidates of each kind")
+    ap.add_argument("--out", default="canary_release")
+    args = ap.parse_args()
+    tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
+    home = Path(tempfile.mkdtemp(prefix="raylift-canary-", dir=ROOT / "var"))
+    env = stack_env(home)
+    assert airflow(env, "db", "migrate", timeout=300).returncode == 0
+    base = {"model_source": str(tiny), "model_id": "bench/tiny", "served_name": MODEL, "replicas": 1,
+            "workers": 1, "concurrency": [1, 4], "on_inconclusive": "pass"}
+    serve, dashboard = f"http://127.0.0.1:{BASE + 10}", f"http://127.0.0.1:{BASE + 265}"
+    rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    try:
+        first = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(base))
+        (home / "first.log").write_text(first.stdout + first.stderr)
+        if first.returncode != 0:
+            print(first.stderr[-3000:])
+            return 1
+        serving_source = str(tiny)
+        with Client(serve) as client:
+            time.sleep(5)
+            for i in range(2 * args.runs):
+                kind = "slower" if i % 2 == 0 else "same_speed"
+                if kind == "slower":
+                    conf = {**base, "model_source": serving_source, "engine_args": {"max_num_seqs": 1}}
+                else:
+                    folder = home / f"models/tiny-seed-{i}"
+                    subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder),
+                                    "--seed", str(100 + i)], check=True, capture_output=True, timeout=300)
+                    conf = {**base, "model_source": str(folder)}
+                before, failed_before, started = serving_config(dashboard), len(client.failures), time.monotonic()
+                done = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
+                (home / f"run-{i}-{kind}.log").write_text(done.stdout + done.stderr)
+                after = serving_config(dashboard)
+                decision = newest(home, "release.json")
+                row = {"kind": kind, "rc": done.returncode, "action": decision.get("action"),
+                       "verdict": decision.get("verdict"), "headline_change": decision.get("headline_change"),
+                       "cumulative_change": decision.get("cumulative_change"),
+                       "serving_config_changed": before["llm"] != after["llm"],
+                       "canary_left": "llm-canary" in after["apps"],
+                       "client_failed": len(client.failures) - failed_before, "seconds": round(time.monotonic() - started)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if kind == "same_speed" and row["action"] == "promote":
+                    serving_source = conf["model_source"]
+            client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
+    finally:
+        code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
+                "LocalRayCluster(local_settings()).stop(grace_s=5)")
+        subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
+
+    def count(kind: str, **match: Any) -> int:
+        return sum(1 for r in rows if r["kind"] == kind and all(r.get(k) == v for k, v in match.items()))
+
+    summary = {
+        "slower_rejected": count("slower", action="roll_back"), "slower_runs": count("slower"),
+        "slower_serving_untouched": count("slower", serving_config_changed=False),
+        "same_speed_promoted": count("same_speed", action="promote"), "same_speed_runs": count("same_speed"),
+        "client_failed_requests": client_total["failed"], "client_requests": client_total["sent"],
+        "canary_left_behind": sum(1 for r in rows if r["canary_left"]),
+    }
+    out = {"what": "canary releases on the real local stack, alternating slower (max_num_seqs 1) and same-speed "
+                   "(new model folder, same shape) candidates; on_inconclusive pass",
+           "date": datetime.now(UTC).isoformat(timespec="seconds"),
+           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                    text=True).stdout.strip(),
+           "seconds": round(time.monotonic() - t0), "summary": summary, "runs": rows, "client": client_total}
+    (ROOT / "bench/results").mkdir(exist_ok=True)
+    (ROOT / f"bench/results/{args.out}.json").write_text(json.dumps(out, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
