@@ -62,7 +62,8 @@ class ReleaseApprovalOperator(ApprovalOperator):
         held = context["ti"].xcom_pull(task_ids="gate", key="decision") or {}
         evidence = evidence_from_record(held, approval="approve" if chosen == self.APPROVE else "reject")
         decision = decide(evidence)
-        by = answer.get("responded_by_user") or "the timeout's default"
+        user = answer.get("responded_by_user")  # Airflow's HITLUser ({"id", "name"}); None: the timeout's default
+        by = (user.get("name") or user.get("id")) if isinstance(user, dict) else (user or "the timeout's default")
         record = {**held, **decision.as_dict(), "approval": {"answer": chosen, "by": str(by),
                                                            "at": str(answer.get("responded_at"))}}
         context["ti"].xcom_push(key="decision", value=record)  # the run record keeps it
