@@ -514,13 +514,15 @@ def test_new_weights_under_the_same_model_id_are_served_without_a_failed_request
     assert vocab_probe(stack.serve_url)[0] == tokens_a  # model A answers
     with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=1200) as load:
         load.wait_for(10)
-        # the same model_id (and revision), other weights of a similar size: a canary beside the serving app,
-        # promoted start-before-stop on the capacity the canary gives back. This test is about the promotion
-        # (no failed request, B served after it), so the gate is loose: 8 requests per level cannot tell a few
-        # percent, and an inconclusive verdict promotes
+        # the same model_id (and revision), other weights: a canary beside the serving app, promoted
+        # start-before-stop on the capacity the canary gives back. This test is about the promotion (no failed
+        # request, B served after it), so the gate only stops a broken candidate: B's 320-token vocabulary makes
+        # other work of the same prompts (seen: TPOT at concurrency 4 +415 % [+72 %, +595 %], e2e +2.7 %), which a
+        # real release gate may well reject; here 8 requests per level at 99.9 % confidence leave it undecided,
+        # and an undecided release promotes
         result = stack.dags_test("raylift_deploy", conf(model_source=str(model_b), requests_per_level=8,
-                                                        max_regression=0.5, max_cumulative_regression=10,
-                                                        on_inconclusive="pass"))
+                                                        max_regression=0.99, regression_confidence=0.999,
+                                                        max_cumulative_regression=10, on_inconclusive="pass"))
         load.wait_for(len(load.records) + 5)
     assert result.returncode == 0, stack.failure_lines(result)
     report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled}
