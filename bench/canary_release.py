@@ -15,7 +15,10 @@ client's failed requests while it ran.
 
     RAYLIFT_TINY_MODEL=.cache/tiny-llama .cache/venvs/control/bin/python bench/canary_release.py [--runs 5]
 
-Writes bench/results/canary_release.json. Takes about 30 minutes on 2 cores.
+Then (``--full-cluster``, on by default) a model swap on a full cluster: the head alone (2 CPUs) serving 2 one-CPU
+replicas, so the canary runs on one replica lent by the serving app; the client's failures while it runs.
+
+Writes bench/results/canary_release.json. Takes about 35 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5, help="candidates of each kind")
     ap.add_argument("--out", default="canary_release")
+    ap.add_argument("--full-cluster", action=argparse.BooleanOptionalAction, default=True,
+                    help="then a model swap on a full cluster (2 replicas on the head's 2 CPUs: a lent replica)")
     args = ap.parse_args()
     tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
     home = Path(tempfile.mkdtemp(prefix="raylift-canary-", dir=ROOT / "var"))
@@ -152,6 +157,31 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
                 if kind == "same_speed" and row["action"] == "promote":
                     serving_source = conf["model_source"]
+            if args.full_cluster:
+                # a full cluster: the head alone (2 CPUs) and 2 one-CPU replicas, no room for a canary beside
+                # them: the serving app lends one replica's capacity (the model swap the issue names)
+                full = {**base, "model_source": serving_source, "workers": 0, "replicas": 2,
+                        "release": "direct", "regression_baseline": "none"}
+                setup = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(full))
+                (home / "full-setup.log").write_text(setup.stdout + setup.stderr)
+                folder = home / "models/tiny-seed-full"
+                subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder),
+                                "--seed", "999"], check=True, capture_output=True, timeout=300)
+                conf = {**base, "model_source": str(folder), "workers": 0, "replicas": 2}
+                before, failed_before, started = serving_config(dashboard), len(client.failures), time.monotonic()
+                done = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
+                (home / "full-swap.log").write_text(done.stdout + done.stderr)
+                after = serving_config(dashboard)
+                decision = newest(home, "release.json")
+                out_text = done.stdout + done.stderr
+                row = {"kind": "full_cluster_swap", "setup_rc": setup.returncode, "rc": done.returncode,
+                       "action": decision.get("action"), "verdict": decision.get("verdict"),
+                       "lent": "lends it one of its" in out_text,
+                       "serving_model_after": ((after["llm"] or {}).get("args") or {}).get("model"),
+                       "canary_left": "llm-canary" in after["apps"],
+                       "client_failed": len(client.failures) - failed_before, "seconds": round(time.monotonic() - started)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
             client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
     finally:
         code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
@@ -167,6 +197,7 @@ def main() -> int:
         "same_speed_promoted": count("same_speed", action="promote"), "same_speed_runs": count("same_speed"),
         "client_failed_requests": client_total["failed"], "client_requests": client_total["sent"],
         "canary_left_behind": sum(1 for r in rows if r["canary_left"]),
+        "full_cluster_swap": next((r for r in rows if r["kind"] == "full_cluster_swap"), None),
     }
     out = {"what": "canary releases on the real local stack, alternating slower (max_num_seqs 1) and same-speed "
                    "(new model folder, same shape) candidates; on_inconclusive pass",
