@@ -81,6 +81,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     def evidence(self, context: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None, list[Any], bool]:
         """(the ReleaseEvidence, the candidate's results, the baseline's, the gate violations, unchanged)."""
         from raylift.bench.gates import assess, merged_slos
+        from raylift.bench.judgement import NEW_BASELINE
         from raylift.deploy_state import run_key
         from raylift.operators.benchmark import _flag, _number, same_app_config
         from raylift.release import ON_INCONCLUSIVE, ReleaseEvidence
@@ -131,6 +132,12 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
             confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
         )
+        if not canary and not first and not unchanged and judgement.verdict == NEW_BASELINE:
+            # another served model or benchmark profile (or an anchor without samples): the anchor's samples
+            # measured other requests, so this direct release starts a new anchor, held to its SLOs (else every
+            # later direct release would be compared with the old model's samples and never judged again)
+            self.log.warning("%s: this direct release starts a new anchor (SLOs only)", judgement.note)
+            first = True
         not_regression = [v for v in violations if v.kind != "regression"]
         evidence = ReleaseEvidence(
             first_deploy=first or unchanged,
