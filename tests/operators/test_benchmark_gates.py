@@ -324,6 +324,10 @@ def test_the_run_keeps_llmperfs_summary_files_beside_its_results_and_the_params_
     assert four["model"] == "org/model" and four["num_concurrent_requests"] == 4
     assert four["results_num_completed_requests"] == 16 and four["results_ttft_s_quantiles_p99"] > 0
     assert out["levels"][1]["llmperf"]["num_requests_started"] == 16  # in the XCom summary too
+    # goodput under the run's SLOs (the default max_error_rate 0: every finished request counts), and the
+    # engine metrics the stub cannot give, said so without failing the benchmark
+    assert result["levels"][0]["goodput"]["good"] == 16, result["levels"][0]["goodput"]
+    assert "unavailable" in result["levels"][0]["engine_metrics"], result["levels"][0]["engine_metrics"]
 
 
 def test_cost_is_evidence_not_a_gate_and_a_bad_cost_param_fails_before_any_request(

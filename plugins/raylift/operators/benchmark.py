@@ -135,7 +135,7 @@ class BenchmarkOperator(TargetOperator):
             "requests_per_level": int(self.requests_per_level),
             "max_seconds_per_level": _number(self.max_seconds_per_level, DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S),
             "warmup_requests": int(_number(self.warmup_requests, 0)),
-            "allow_remote": self.target != "local", "engine_metrics": True,
+            "allow_remote": self.target != "local", "engine_metrics": True, "slos": slos,  # goodput under them
         }
 
         def progress(line: str) -> None:
