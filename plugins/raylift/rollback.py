@@ -11,6 +11,8 @@ from raylift.serve_config import app_by_name, merge_app
 from raylift.targets.base import Target
 
 log = logging.getLogger(__name__)
+# How long the rollback waits for Serve to stop listing a removed canary (its replica's graceful shutdown is 20 s).
+CANARY_GONE_TIMEOUT_S = 120.0
 
 
 class RollbackConflictError(DeployError):
@@ -204,6 +206,13 @@ def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: 
             done.append(f"removed the canary app {plan.canary['name']!r}"
                         + (f" and gave app {app_name!r} its lent replica back" if gave_back else "")
                         + " (no user request reached the canary)")
+            # until Serve no longer lists it (DELETING while its replica drains): the release ends with the
+            # canary gone and its capacity free for the next one (the undeploy's own wait and condition)
+            gone = target.undeploy_trigger(app_name=str(plan.canary["name"]), timeout_s=CANARY_GONE_TIMEOUT_S)
+            event = gone.wait() if gone is not None else {"status": "success"}
+            if event.get("status") != "success":
+                done.append(f"Serve still lists the canary after {CANARY_GONE_TIMEOUT_S:.0f} s "
+                            f"({event.get('message', event.get('status'))}); it is no longer in the config")
         else:
             done.append(f"the canary app {plan.canary['name']!r} was already gone")
     done.append(restore_unproven(target, state, run_id, app_name))
