@@ -163,3 +163,16 @@ def test_a_second_checkouts_teardown_leaves_the_first_stacks_haproxy(tmp_path: P
     finally:
         for cluster in clusters.values():
             shutil.rmtree(cluster.temp_dir, ignore_errors=True)
+
+
+def test_a_process_that_sets_its_title_is_still_the_recorded_one() -> None:
+    """setproctitle rewrites argv's memory: the kernel then shows the same words as one string. Still the node
+    (seen under load: a head recorded right after its exec, read back retitled, was taken for dead)."""
+    from raylift.local.processes import LiveProcess, ProcessRecord
+
+    record = ProcessRecord(4242, 100, ("/venv/bin/python", "/venv/bin/ray", "start", "--head", "--block"))
+    retitled = LiveProcess(start_time=100, cmdline=("/venv/bin/python /venv/bin/ray start --head --block",),
+                           zombie=False)
+    assert record.not_it(retitled) is None
+    other = LiveProcess(start_time=100, cmdline=("/usr/bin/sleep", "60"), zombie=False)
+    assert "runs '/usr/bin/sleep 60'" in (record.not_it(other) or "")

@@ -66,6 +66,12 @@ def working_dir(pid: int) -> Path | None:
         return None
 
 
+def _words(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """A command line as words: a process that sets its title (setproctitle rewrites argv's memory, and the
+    kernel then shows one space-joined string, or the same words padded) still runs the same command."""
+    return tuple(" ".join(argv).split())
+
+
 @dataclass(frozen=True)
 class ProcessRecord:
     """A process raylift started: its pid, start time and command line (``start_time`` None: only the pid is
@@ -102,7 +108,7 @@ class ProcessRecord:
         if live.start_time != self.start_time:
             return (f"pid {self.pid} was reused: the process running as it now started at tick {live.start_time}, "
                     f"not {self.start_time} ({' '.join(live.cmdline)[:200]!r})")
-        if live.cmdline and live.cmdline != self.cmdline:
+        if live.cmdline and _words(live.cmdline) != _words(self.cmdline):
             return (f"pid {self.pid} runs {' '.join(live.cmdline)[:200]!r}, not the recorded "
                     f"{' '.join(self.cmdline)[:200]!r}")
         return None
