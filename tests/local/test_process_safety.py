@@ -176,3 +176,23 @@ def test_a_process_that_sets_its_title_is_still_the_recorded_one() -> None:
     assert record.not_it(retitled) is None
     other = LiveProcess(start_time=100, cmdline=("/usr/bin/sleep", "60"), zombie=False)
     assert "runs '/usr/bin/sleep 60'" in (record.not_it(other) or "")
+
+
+def test_a_node_recorded_right_after_its_exec_holds_its_command_line(tmp_path: Path) -> None:
+    """Right after an exec the kernel may show an empty command line for a moment; a record taken then made the
+    live head look like another process, so raylift took it for dead and left it running when the stack stopped
+    (seen under load: 'The Ray head exited during start-up', and in 1 of 30 tries of this loop before the fix)."""
+    from raylift.local.processes import LiveProcess, ProcessRecord
+
+    script = tmp_path / "node.py"
+    script.write_text(f"#!{sys.executable}\nimport time; time.sleep(5)\n")
+    script.chmod(0o755)
+    for _ in range(40):
+        proc = subprocess.Popen([str(script), "start", "--block"], start_new_session=True)
+        try:
+            record = ProcessRecord.of(proc.pid)
+            assert record.cmdline[-3:] == (str(script), "start", "--block"), record
+            assert record.not_it(LiveProcess.read(proc.pid)) is None
+        finally:
+            proc.kill()
+            proc.wait()

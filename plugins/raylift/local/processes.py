@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,13 @@ class ProcessRecord:
     def of(cls, pid: int) -> ProcessRecord:
         """Record the process that runs as ``pid`` now: call it right after starting the process."""
         live = LiveProcess.read(pid)
+        # right after an exec the kernel may show an empty command line for a moment (the new image is being
+        # mapped): read again until it shows one, so the record holds what the process runs
+        for _ in range(40):
+            if live is None or live.zombie or live.cmdline:
+                break
+            time.sleep(0.05)
+            live = LiveProcess.read(pid)
         if live is None:
             return cls(pid)
         return cls(pid, live.start_time, live.cmdline)
@@ -108,7 +116,7 @@ class ProcessRecord:
         if live.start_time != self.start_time:
             return (f"pid {self.pid} was reused: the process running as it now started at tick {live.start_time}, "
                     f"not {self.start_time} ({' '.join(live.cmdline)[:200]!r})")
-        if live.cmdline and _words(live.cmdline) != _words(self.cmdline):
+        if live.cmdline and self.cmdline and _words(live.cmdline) != _words(self.cmdline):
             return (f"pid {self.pid} runs {' '.join(live.cmdline)[:200]!r}, not the recorded "
                     f"{' '.join(self.cmdline)[:200]!r}")
         return None
