@@ -512,8 +512,11 @@ def test_new_weights_under_the_same_model_id_are_served_without_a_failed_request
     assert tokens_a != tokens_b, (tokens_a, tokens_b)
     wait_recovered(stack, set())
     assert vocab_probe(stack.serve_url)[0] == tokens_a  # model A answers
-    with BackgroundLoad(stack.serve_url, MODEL, max_requests=3000, max_seconds=1200) as load:
-        load.wait_for(10)
+    # 0.5 request/s, as the gate test: a canary release starts two engines (the canary's, then the promotion's)
+    # beside the serving ones, and at 2/s with the suite's light part alongside, the deploy's engine-arg check
+    # (vLLM's own, in the runtime env) took over its 300 s
+    with BackgroundLoad(stack.serve_url, MODEL, rate=0.5, max_requests=3000, max_seconds=1200) as load:
+        load.wait_for(5)
         # the same model_id (and revision), other weights: a canary beside the serving app, promoted
         # start-before-stop on the capacity the canary gives back. This test is about the promotion (no failed
         # request, B served after it), so the gate only stops a broken candidate: B's 320-token vocabulary makes
