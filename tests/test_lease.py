@@ -170,8 +170,10 @@ def test_processes_with_their_own_homes_take_turns_and_tokens_grow(store_uri: st
     log, counter, go = tmp_path / "sections.log", tmp_path / "counter", tmp_path / "go"
     counter.write_text("0")
     spec = {"mode": "contend", "uri": store_uri, "log": str(log), "counter": str(counter), "go": str(go),
-            "ttl_s": 3.0}  # fmt: skip
-    procs = [spawn({**spec, "holds": [4.0 if i == 0 else 0.05] + [0.05] * 3}, tmp_path, str(i)) for i in range(3)]
+            "ttl_s": 8.0}  # fmt: skip
+    # TTLs of seconds, not fractions: on the loaded 2-core box (make test's two parts) a renewal due every TTL/3
+    # was late by more than a 3 s TTL, and the holder lost its lease (seen: LeaseLostError, make test here)
+    procs = [spawn({**spec, "holds": [10.0 if i == 0 else 0.05] + [0.05] * 3}, tmp_path, str(i)) for i in range(3)]
     time.sleep(1)
     go.touch()
     finish(procs)
@@ -195,7 +197,7 @@ def test_exactly_one_of_simultaneous_claims_wins(store_uri: str, tmp_path: Path)
 
 
 def test_a_killed_holder_loses_the_lease_when_it_expires(store_uri: str, tmp_path: Path) -> None:
-    ttl = 2.0
+    ttl = 6.0  # 2 s was less than a late renewal on the loaded box: the live holder lost it (make test here)
     holder = spawn({"mode": "hold", "uri": store_uri, "ttl_s": ttl}, tmp_path, "holder")
     try:
         held = message(holder)

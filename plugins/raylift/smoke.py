@@ -30,8 +30,25 @@ def _post(client: httpx.Client, url: str, body: Any) -> dict[str, Any]:
     return resp.json()
 
 
+# Serve reports an app RUNNING before its HAProxy ingress has reloaded with the app's route: a new app's first
+# request may meet the app at "/" (a 404 of its own) for a moment. Its routes are waited for this long.
+ROUTE_WAIT_S = 30.0
+
+
+def _routed_get(client: httpx.Client, url: str) -> httpx.Response:
+    """GET ``url``, again while it answers 404 (the route not in the ingress yet), up to ``ROUTE_WAIT_S``."""
+    from tenacity import retry, retry_if_result, stop_after_delay, wait_fixed
+
+    def last(state: Any) -> httpx.Response:
+        return state.outcome.result()
+
+    get = retry(retry=retry_if_result(lambda r: r.status_code == 404), stop=stop_after_delay(ROUTE_WAIT_S),
+                wait=wait_fixed(1.0), retry_error_callback=last)(client.get)
+    return get(url)
+
+
 def _models(client: httpx.Client, base: str, served_name: str) -> list[str]:
-    models = client.get(f"{base}/v1/models")
+    models = _routed_get(client, f"{base}/v1/models")
     if models.status_code != 200:
         raise SmokeTestError(f"GET {base}/v1/models answered {models.status_code}: {models.text[:300]}")
     ids = [m.get("id") for m in models.json().get("data", [])]

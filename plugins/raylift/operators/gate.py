@@ -115,7 +115,10 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             anchor = {"run_id": good["run_id"], "links": [], "benchmark": good.get("benchmark")} if good else None
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
         unchanged = not canary and same_app_config(state.last_good(), config, str(self.app_name))
-        if canary:
+        links: tuple[float, ...] = ()
+        if canary and skipped:
+            baseline = None  # nothing was measured beside the serving app: smoke test and SLOs only
+        elif canary:
             baseline = state.store.read_json(f"{run_key(run_id)}/baseline.json")
             if baseline is None:
                 raise GateError(f"canary release {run_id}: the serving app's results (baseline.json) are missing")
@@ -211,6 +214,8 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
         from raylift.deploy_state import run_key
 
+        if result.get("skipped"):
+            return  # no benchmark (an app without an OpenAI API): no report to write
         try:
             result = {**result, "judgement": evidence.judgement or {}}
             runs_prefix = run_key(run_id).rsplit("/", 1)[0]
