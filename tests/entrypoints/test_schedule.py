@@ -102,8 +102,16 @@ def _stage_and_check_the_redeploy(airflow: AirflowServer, deployed: dict[str, An
     run = airflow.run("raylift_deploy", deploy_id)
     assert run["run_type"] == "operator_triggered" and run["state"] == "queued", run
     announced = {"model_source": str(store_dir), "model_id": "test/tiny-llama", "revision": "local"}
-    # a re-baseline is the one-off choice of the run that made it: a replay is judged
-    expected = {k: v for k, v in deployed["conf"].items() if k != "regression_baseline"} | announced
+    # the replay is of the last good run's Params (another entry-point test, the approval's, may have released
+    # since the package's first deploy); a re-baseline is the one-off choice of the run that made it
+    import json
+
+    from raylift.deploy_state import run_key
+
+    store = airflow.stack.home / "model-store"
+    good = json.loads((store / "_raylift/local/llm/last_good.json").read_text())
+    params = json.loads((store / run_key(good["run_id"]) / "record.json").read_text())["params"]
+    expected = {k: params[k] for k in deployed["conf"] if k != "regression_baseline"} | announced
     assert {k: run["conf"].get(k) for k in expected} == expected
     assert "regression_baseline" not in run["conf"]
     assert run["conf"]["on_inconclusive"] == "pass"  # nobody is there to approve a scheduled release: never held
