@@ -300,14 +300,12 @@ async def arun_side_by_side(
     max_rounds: int = BENCHMARK_ROUNDS,
     size_prompts_by_tokenizer: bool = True,
     warmup_requests: int = 0,
-    slo_breach: Breach | None = None,
     metrics: bool = True,
     slos: Mapping[str, float | None] | None = None,
     sweep: Mapping[str, Any] | None = None,
     engine_metrics: bool | None = None,
 ) -> dict[str, dict[str, Any]]:
     """:func:`run_side_by_side` for callers already inside an event loop (triggers)."""
-    del slo_breach  # only a sweep uses it, and a side-by-side benchmark has no sweep
     if engine_metrics is not None:  # run_benchmark's name for it, so both take the same options
         metrics = engine_metrics
     if sweep is not None:
@@ -407,7 +405,6 @@ def run_side_by_side(
     max_rounds: int = BENCHMARK_ROUNDS,
     size_prompts_by_tokenizer: bool = True,
     warmup_requests: int = 0,
-    slo_breach: Breach | None = None,
     metrics: bool = True,
     slos: Mapping[str, float | None] | None = None,
     sweep: Mapping[str, Any] | None = None,
@@ -425,8 +422,8 @@ def run_side_by_side(
     (``max_seconds_per_level``) is shared: a round the slower arm ends takes its time from both. Prompts
     are sized by the first arm's tokenizer. With ``metrics`` (the default) each level carries each arm's
     ``engine_metrics`` (:mod:`raylift.bench.engine_metrics`; ``engine_metrics``, :func:`run_benchmark`'s name
-    for the switch, wins when given); with ``slos`` its ``goodput``. ``slo_breach``
-    only matters to sweeps, which a side-by-side benchmark does not run (``sweep`` is refused).
+    for the switch, wins when given); with ``slos`` its ``goodput``. No sweep (``sweep`` is refused), so
+    no sweep stop rule either.
 
     :raises EndpointNotAllowedError: an arm's URL is not loopback and ``allow_remote`` is False.
     :raises RayliftValueError: no arms, bad levels, a bad scale, or a ``sweep``.
@@ -435,7 +432,7 @@ def run_side_by_side(
         arms, model, profile=profile, concurrency=concurrency, requests_per_level=requests_per_level,
         max_seconds_per_level=max_seconds_per_level, api=api, stream=stream, allow_remote=allow_remote,
         progress=progress, max_rounds=max_rounds, size_prompts_by_tokenizer=size_prompts_by_tokenizer,
-        warmup_requests=warmup_requests, slo_breach=slo_breach, metrics=metrics, slos=slos, sweep=sweep,
+        warmup_requests=warmup_requests, metrics=metrics, slos=slos, sweep=sweep,
         engine_metrics=engine_metrics))
 
 
