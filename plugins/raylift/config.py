@@ -58,6 +58,10 @@ def own_runtime_python() -> Path:
 SERVE_INGRESSES = ("proxy", "haproxy")
 
 
+# Ray's direct-ingress HTTP range (30000-31000) cut into slots of ports, one slot per local cluster
+DIRECT_INGRESS_FIRST_PORT, DIRECT_INGRESS_PORTS, DIRECT_INGRESS_SLOTS = 30000, 20, 50
+
+
 @dataclass(frozen=True)
 class LocalSettings:
     """Where the `local` target keeps its state and which loopback ports it uses."""
@@ -95,6 +99,14 @@ class LocalSettings:
     # (Ray's `retry-on conn-failure`). Each stop held 30 s: a 2-replica rollout 1 min longer, the suite's
     # rollout tests 4 min. ECS/EKS keep Ray's default.
     haproxy_drain_s: float = field(default_factory=lambda: _env_float("RAYLIFT_HAPROXY_DRAIN_S", 5.0))
+    # First of this cluster's DIRECT_INGRESS_PORTS loopback ports for its replicas' own HTTP servers (Ray's
+    # RAY_SERVE_DIRECT_INGRESS_MIN/MAX_HTTP_PORT, gRPC the same + 10000). Ray's default range (30000-31000) is one
+    # per machine: every cluster's controller hands out 30000 first, so a replica of one cluster could take the port
+    # another cluster's replica just left while that cluster's HAProxy still routed to it (bench/canary_release.py:
+    # a full-cluster model swap answered 2 client requests with a 404 naming another stack's model). By default a
+    # slot of Ray's range picked by serve_port, so the clusters of this project's ports never share one.
+    direct_ingress_port_setting: int | None = field(
+        default_factory=lambda: _env_int("RAYLIFT_DIRECT_INGRESS_PORT", 0) or None)
     head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
     worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024
@@ -106,6 +118,15 @@ class LocalSettings:
             raise RayliftValueError(
                 f"RAYLIFT_SERVE_INGRESS={self.serve_ingress!r} is not an ingress raylift can start: use one of "
                 f"{', '.join(SERVE_INGRESSES)} (unset: haproxy)."
+            )
+        first = self.direct_ingress_port_setting
+        if first is not None and not 1024 < first <= 65535 - 10000 - DIRECT_INGRESS_PORTS:
+            from raylift.errors import RayliftValueError
+
+            raise RayliftValueError(
+                f"RAYLIFT_DIRECT_INGRESS_PORT={first} is out of range: give the first of {DIRECT_INGRESS_PORTS} free "
+                f"loopback ports for this cluster's replicas, 1025 to {65535 - 10000 - DIRECT_INGRESS_PORTS} (gRPC "
+                "uses the same + 10000; unset: a slot of 30000-30999 picked by RAYLIFT_SERVE_PORT)."
             )
         if not 0 <= self.haproxy_drain_s <= 300:
             from raylift.errors import RayliftValueError
@@ -134,6 +155,13 @@ class LocalSettings:
     @property
     def haproxy_metrics_port(self) -> int:
         return self.haproxy_metrics_port_setting or self.serve_port + 1101
+
+    @property
+    def direct_ingress_http_ports(self) -> tuple[int, int]:
+        """``(min, max)`` of the HTTP ports this cluster's replicas serve on (gRPC: the same + 10000)."""
+        first = self.direct_ingress_port_setting or DIRECT_INGRESS_FIRST_PORT + DIRECT_INGRESS_PORTS * (
+            (self.serve_port // 1000 + self.serve_port % 1000) % DIRECT_INGRESS_SLOTS)
+        return first, first + DIRECT_INGRESS_PORTS - 1
 
     @property
     def dashboard_url(self) -> str:

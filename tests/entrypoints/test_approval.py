@@ -44,6 +44,7 @@ def held(airflow: AirflowServer, run_id: str, max_tokens: int) -> None:
         return states.get("approve_release") == "awaiting_input"
 
     airflow.wait_for(f"{run_id} to await approval", awaiting, timeout_s=RUN_TIMEOUT_S, interval_s=5)
+    airflow.wait_worker_reaped(DEPLOY, run_id, "approve_release", "awaiting_input")
     path = f"{airflow.run_path(DEPLOY, run_id)}/taskInstances/approve_release/-1/hitlDetails"
     detail = airflow.ok("GET", path)
     assert detail["options"] == ["Approve", "Reject"] and detail["defaults"] == ["Reject"], detail

@@ -25,6 +25,8 @@ print(json.dumps({
     "stats_port": c.RAY_SERVE_HAPROXY_STATS_PORT,
     "metrics_port": c.RAY_SERVE_HAPROXY_METRICS_PORT,
     "min_draining_s": c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S,
+    "http_ports": [c.RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT, c.RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT],
+    "grpc_ports": [c.RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT, c.RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT],
 }))
 """
 
@@ -71,6 +73,33 @@ def test_haproxy_ingress_is_what_ray_reads_on_this_clusters_own_ports(
     # HAProxy's files stay Ray's: it adds the node id to each path, and HAProxy refuses a socket path over
     # 97 bytes (a per-cluster base under /tmp/raylift-ray-* made the first deploy fail with a 500)
     assert one["socket"] == "/tmp/haproxy-serve/admin.sock"
+
+
+# the serve ports of the local clusters this project starts side by side: the default (make demo), each test
+# stack (port bases 21000-29000, 34000) and each bench stack
+PROJECT_SERVE_PORTS = (8000, 21010, 23010, 24010, 25010, 26010, 27010, 28010, 29010, 34010)
+
+
+def test_each_clusters_replicas_serve_on_their_own_ports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's direct-ingress range is one per machine unless set: two clusters' controllers both hand out 30000
+    first, and one cluster's HAProxy could route to the other's replica (a 404 naming another model). Ray reads
+    each cluster's own range; no two of the project's clusters overlap, and none meets Ray's worker ports."""
+    monkeypatch.delenv("RAYLIFT_DIRECT_INGRESS_PORT", raising=False)
+    seen = {port: serve_constants(settings_for(tmp_path / str(port), monkeypatch, RAYLIFT_SERVE_INGRESS="haproxy",
+                                               RAYLIFT_SERVE_PORT=str(port)))
+            for port in PROJECT_SERVE_PORTS[:3]}
+    for port, constants in seen.items():
+        assert constants["http_ports"] == list(LocalSettings(serve_port=port).direct_ingress_http_ports), constants
+        assert constants["grpc_ports"] == [p + 10000 for p in constants["http_ports"]], constants
+    ranges = sorted(LocalSettings(serve_port=port).direct_ingress_http_ports for port in PROJECT_SERVE_PORTS)
+    for (_, last), (first, _) in zip(ranges, ranges[1:]):
+        assert last < first, ranges
+    assert all(first >= 20000 and last - first >= 9 for first, last in ranges), ranges  # room for a rollout
+    chosen = serve_constants(settings_for(tmp_path / "chosen", monkeypatch, RAYLIFT_DIRECT_INGRESS_PORT="45000"))
+    assert chosen["http_ports"] == [45000, 45019] and chosen["grpc_ports"] == [55000, 55019]
+    monkeypatch.setenv("RAYLIFT_DIRECT_INGRESS_PORT", "60000")
+    with pytest.raises(RayliftValueError, match="RAYLIFT_DIRECT_INGRESS_PORT=60000 is out of range"):
+        LocalSettings()
 
 
 def test_a_stopping_replica_drains_for_raylifts_period_not_the_external_balancers_30_s(

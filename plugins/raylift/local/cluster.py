@@ -137,6 +137,8 @@ class LocalRayCluster:
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
             "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(self.haproxy_dir / "haproxy.cfg"),
+            # this cluster's own ports for its replicas (see LocalSettings.direct_ingress_port_setting)
+            **direct_ingress_env(*self.s.direct_ingress_http_ports),
             # read by Serve's controller and each replica: see LocalSettings.haproxy_drain_s
             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{self.s.haproxy_drain_s:g}",
         }
@@ -361,3 +363,13 @@ def _config_under(argv: list[str], config_dir: Path) -> bool:
         flag == "-f" and Path(os.path.realpath(value)).is_relative_to(folder)
         for flag, value in zip(argv, argv[1:], strict=False)
     )
+
+
+def direct_ingress_env(first: int, last: int) -> dict[str, str]:
+    """Ray Serve's direct-ingress port range settings for HTTP ``first``..``last`` (gRPC 10000 above)."""
+    return {
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(first),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(last),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(first + 10000),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(last + 10000),
+    }
