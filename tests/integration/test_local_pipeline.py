@@ -367,7 +367,9 @@ def newest_benchmark(stack: LocalStack) -> dict[str, Any]:
     return json.loads(files[-1].read_text())
 
 
-SLOW_REQUESTS = 64  # the default requests per level, that the regression gate's error rates were measured with
+# the candidate is far slower (seen: +167 % e2e), which 32 requests per level decide with room to spare; the gate's
+# error rates at the default 128 are bench/gate_error_rates.py's (32, not 64 as before, for the suite's time)
+SLOW_REQUESTS = 32
 
 
 @pytest.fixture(scope="module")
