@@ -1,7 +1,9 @@
-# GPU instances for both capacity providers: the ECS GPU-optimised AMI (looked up through its public
-# SSM parameter, so each apply picks up the latest), IMDSv2 only, encrypted root volume.
+# GPU instances for both capacity providers: the Amazon Linux 2023 ECS GPU-optimised AMI (looked up through
+# its public SSM parameter, so each apply picks up the latest), IMDSv2 only, encrypted root volume. Its NVIDIA
+# 580 driver runs the CUDA 13 ray-vllm-gpu image; the AL2 GPU AMI (driver 550, end of life 2026-06-30) does not.
+# plugins/raylift/data/gpu_drivers.json holds the figures and tests/infra/test_gpu_ami.py checks them.
 data "aws_ssm_parameter" "ecs_gpu_ami" {
-  name = "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+  name = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
 }
 
 locals {
