@@ -10,15 +10,18 @@ from raylift.hooks.eks_nodegroup import EksNodegroupHook
 from tests.aws.moto_resources import eks_nodegroups
 
 
-def test_scale_nodegroup_widens_bounds_only_as_needed(aws: str) -> None:
+def test_scale_nodegroup_stays_within_max_and_lowers_min_only_as_needed(aws: str) -> None:
+    """maxSize is terraform's: more nodes than it allows is refused with nothing changed."""
     eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.12xlarge"], "min": 1, "max": 2, "desired": 1}})
     hook = EksNodegroupHook(aws_conn_id="aws_default")
-    hook.scale_nodegroup("ray", "gpu", 3)
+    with pytest.raises(ClusterError, match=r"allows at most 2 node\(s\).*but 3 were asked for.*never raises maxSize"):
+        hook.scale_nodegroup("ray", "gpu", 3)
     cfg = boto3.client("eks").describe_nodegroup(clusterName="ray", nodegroupName="gpu")["nodegroup"]["scalingConfig"]
-    assert cfg == {"minSize": 1, "maxSize": 3, "desiredSize": 3}
+    assert cfg == {"minSize": 1, "maxSize": 2, "desiredSize": 1}
+    hook.scale_nodegroup("ray", "gpu", 2)
     hook.scale_nodegroup("ray", "gpu", 0)
     now = hook.scaling("ray", "gpu")
-    assert (now.min_size, now.max_size, now.desired_size) == (0, 3, 0)
+    assert (now.min_size, now.max_size, now.desired_size) == (0, 2, 0)
     assert now.instance_types == ("g5.12xlarge",)
 
 

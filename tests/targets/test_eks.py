@@ -18,6 +18,7 @@ from tests.fixtures.kube_api import KubeApiStandIn, kube_api  # noqa: F401 - fix
 from tests.kuberay.serve_configs import serve_config
 
 BUCKET = "raylift-models"
+NEW_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-vllm:def"
 
 
 @pytest.fixture()
@@ -92,12 +93,15 @@ def test_deploy_then_upgrade_scales_for_the_peak_and_rolls_back(infra: None, kub
     assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "first"
 
     t.apply_serve_config(serve_config(model="second"))
-    assert scaling()["desiredSize"] == 4  # NewCluster: old + new side by side = 2 x 2 GPUs
-    assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "second"
+    assert scaling()["desiredSize"] == 2  # serveConfigV2 only: KubeRay updates the running cluster in place
+    target(image=NEW_IMAGE).apply_serve_config(serve_config(model="third"))
+    assert scaling()["desiredSize"] == 4  # a new image: NewCluster runs old + new side by side = 2 x 2 GPUs
+    assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "third"
 
     t.rollback()
     again = kube_api.stored("raylift", "llm")
-    assert yaml.safe_load(again["spec"]["serveConfigV2"])["applications"][0]["args"]["model_id"] == "first"
+    assert yaml.safe_load(again["spec"]["serveConfigV2"])["applications"][0]["args"]["model_id"] == "second"
+    assert again["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] != NEW_IMAGE
 
 
 def test_upgrade_refused_with_the_numbers(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811
@@ -105,11 +109,12 @@ def test_upgrade_refused_with_the_numbers(infra: None, kube_api: KubeApiStandIn)
     t = target()
     t.scale(workers=2)
     t.apply_serve_config(serve_config(model="first"))
+    t.apply_serve_config(serve_config(model="second"))  # serveConfigV2 only: in place, fits
     with pytest.raises(ClusterError, match=r"NewCluster upgrade of 2 worker\(s\) needs 4 nvidia.com/gpu = 4 node\(s\).*at most 3"):
-        t.apply_serve_config(serve_config(model="second"))
-    assert "first" in kube_api.stored("raylift", "llm")["spec"]["serveConfigV2"]  # nothing applied
-    in_place = target(upgrade_strategy="None")
-    in_place.apply_serve_config(serve_config(model="second"))
+        target(image=NEW_IMAGE).apply_serve_config(serve_config(model="third"))
+    assert "second" in kube_api.stored("raylift", "llm")["spec"]["serveConfigV2"]  # nothing applied
+    in_place = target(upgrade_strategy="None", image=NEW_IMAGE)
+    in_place.apply_serve_config(serve_config(model="third"))
     assert scaling()["desiredSize"] == 2
 
 

@@ -22,6 +22,10 @@ class NodegroupScaling:
     labels: tuple[tuple[str, str], ...] = ()
 
 
+class NodegroupTooSmallError(ClusterError):
+    """More nodes were asked of a node group than its maxSize allows (raylift never raises it)."""
+
+
 # The label terraform (modules/eks_ray) puts on the node group the cluster's own controllers (Karpenter) run on.
 SYSTEM_LABEL = ("raylift.io/pool", "system")
 
@@ -51,8 +55,10 @@ class EksNodegroupHook(EksHook):
             labels=tuple(sorted((ng.get("labels") or {}).items())),
         )
 
-    def scale_nodegroup(self, cluster: str, nodegroup: str, desired: int, *, max_size: int | None = None) -> NodegroupScaling:
-        """Set desiredSize, widening min/max only as far as needed (EKS requires min <= desired <= max)."""
+    def scale_nodegroup(self, cluster: str, nodegroup: str, desired: int) -> NodegroupScaling:
+        """Set desiredSize within the node group's own maxSize (what terraform set); lower minSize only as far as
+        EKS requires (min <= desired). Never raises maxSize: more nodes than the group allows is refused before
+        any UpdateNodegroupConfig, so a mistyped worker count cannot start GPU nodes first and fail later."""
         now = self.scaling(cluster, nodegroup)
         if SYSTEM_LABEL in now.labels:
             raise ClusterError(
@@ -60,15 +66,24 @@ class EksNodegroupHook(EksHook):
                 "controllers (Karpenter) run there, so raylift never resizes it. Point the target at the Ray worker "
                 "node group (terraform output eks_nodegroups)."
             )
-        high = max(max_size if max_size is not None else now.max_size, desired, 1)  # EKS: maxSize >= 1
+        if desired > now.max_size:
+            raise NodegroupTooSmallError(
+                f"EKS node group {cluster}/{nodegroup} allows at most {now.max_size} node(s) (its maxSize; now "
+                f"{now.desired_size}), but {desired} were asked for. raylift never raises maxSize: raise "
+                f"node_groups[{nodegroup!r}].max_size in the terraform stack and apply it, or ask for fewer nodes. "
+                "Nothing was changed."
+            )
+        if desired == now.desired_size:  # EKS keeps min <= desired: nothing to send
+            self.log.info("EKS node group %s/%s already at %d node(s)", cluster, nodegroup, desired)
+            return now
         low = min(now.min_size, desired)
         self.conn.update_nodegroup_config(
             clusterName=cluster,
             nodegroupName=nodegroup,
-            scalingConfig={"minSize": low, "maxSize": high, "desiredSize": desired},
+            scalingConfig={"minSize": low, "maxSize": now.max_size, "desiredSize": desired},
         )
-        self.log.info("EKS node group %s/%s: desired %d (min %d, max %d)", cluster, nodegroup, desired, low, high)
-        return NodegroupScaling(nodegroup, low, high, desired, now.instance_types, now.status, now.labels)
+        self.log.info("EKS node group %s/%s: desired %d (min %d, max %d)", cluster, nodegroup, desired, low, now.max_size)
+        return NodegroupScaling(nodegroup, low, now.max_size, desired, now.instance_types, now.status, now.labels)
 
     def gpus_per_node(self, instance_type: str) -> int:
         """GPUs (or Neuron devices) on one ``instance_type``, from EC2 DescribeInstanceTypes."""

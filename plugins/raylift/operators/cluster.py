@@ -12,7 +12,9 @@ from raylift.operators.base import Stopwatch, TargetOperator
 class ScaleClusterOperator(TargetOperator):
     """Start or resize the cluster to ``workers`` worker nodes; the sensor after it waits for them.
 
-    :param workers: Ray worker nodes besides the head (0 allowed); a scale-down drains the nodes it removes."""
+    :param workers: Ray worker nodes besides the head (0 allowed). A count the cluster's capacity cannot hold (on
+        ``eks``: past the worker node group's maxSize, which raylift never raises) is refused before anything is
+        resized."""
 
     template_fields = (*TargetOperator.template_fields, "workers")
 

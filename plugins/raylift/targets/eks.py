@@ -1,8 +1,11 @@
 """``eks``: a RayService (KubeRay) on EKS managed node groups.
 
-Scaling resizes the node groups so the profile's worker pods fit; before an upgrade the target checks
-the node groups can hold the peak (a ``NewCluster`` upgrade runs old and new clusters side by side),
-scaling further when ``maxSize`` allows and refusing with the numbers when it does not. Deploys
+Scaling resizes the node groups so the profile's worker pods fit, within each group's ``maxSize`` (what
+terraform set; raylift never raises it, and refuses with the numbers before any resize). Before an apply that
+replaces the Ray cluster (KubeRay's rule: ``rayClusterConfig`` changed under a ``NewCluster`` upgrade strategy;
+``raylift.kuberay.upgrade``) the target checks the node group can hold the peak (old and new clusters side by
+side), scaling further when ``maxSize`` allows and refusing with the numbers when it does not. A Serve-config-only
+change (a redeploy, rollback or undeploy) is applied in place by KubeRay and leaves the node groups alone. Deploys
 render, validate and server-side apply the RayService; the spec it replaced is kept for ``rollback``.
 """
 
@@ -11,13 +14,16 @@ from __future__ import annotations
 import logging
 import math
 from functools import cached_property
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+
+if TYPE_CHECKING:
+    from raylift.hooks.eks_nodegroup import NodegroupScaling
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +177,7 @@ class EksTarget(AwsTarget):
             raise ClusterError(
                 f"Node group {self.worker_nodegroup!r} names no instance type: set 'accelerators_per_node'."
             )
-        return eks.gpus_per_node(scaling.instance_types[0])
+        return int(eks.gpus_per_node(scaling.instance_types[0]))
 
     def nodes_for(self, workers: int, strategy: str = "None") -> tuple[int, float]:
         """(worker nodes, accelerators) the profile's ``workers`` pods need at peak for ``strategy``."""
@@ -196,10 +202,14 @@ class EksTarget(AwsTarget):
         return ClusterExpectation(nodes=nodes + head, resources=resources)
 
     def scale(self, *, workers: int) -> ClusterExpectation:
+        """Size the worker node group for ``workers`` pods (and the head group to 1); refused, with nothing
+        resized, when the worker group's maxSize cannot hold them."""
         if workers < 0:
             raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
         nodes, amount = self.nodes_for(workers)
         eks = self._eks()
+        self._refuse_beyond_max(workers, nodes, amount, eks.scaling(self.cluster_name, self.worker_nodegroup),
+                                strategy="None")
         eks.scale_nodegroup(self.cluster_name, self.worker_nodegroup, nodes)
         if self.head_nodegroup:
             eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 1)
@@ -209,21 +219,48 @@ class EksTarget(AwsTarget):
     def recorded_workers(self) -> int:
         return int((self.state_store().read_json(self._state_key("scale.json")) or {}).get("workers", self.default_workers))
 
-    def ensure_headroom(self, workers: int, *, upgrading: bool) -> None:
-        """Make the worker node group big enough for the peak; ClusterError with the numbers when it cannot be."""
-        strategy = self.upgrade_strategy if upgrading else "None"
+    def _refuse_beyond_max(
+        self, workers: int, nodes: int, amount: float, now: NodegroupScaling, *, strategy: str
+    ) -> None:
+        """ClusterError with the numbers when ``nodes`` exceed the worker group's maxSize (never raised by us)."""
+        if nodes <= now.max_size:
+            return
+        fits = self._workers_that_fit(now.max_size, strategy, workers)
+        what = f"{amount:g} {self._accelerator()}" if self._accelerator() else f"{nodes} worker nodes"
+        upgrade = strategy != "None"
+        others = " or ".join(repr(other) for other in ("None", "NewClusterWithIncrementalUpgrade") if other != strategy)
+        raise ClusterError(
+            f"{'A ' + strategy + ' upgrade' if upgrade else 'This deploy'} of {workers} worker(s) needs {what} "
+            f"= {nodes} node(s) of node group {self.worker_nodegroup!r}, which allows at most {now.max_size} "
+            f"(its maxSize, set by terraform; now {now.desired_size}). raylift never raises maxSize and resized "
+            f"nothing. Deploy at most {fits} worker(s), or raise node_groups[{self.worker_nodegroup!r}].max_size to "
+            f"{nodes} in the terraform stack and apply it"
+            + (f", or use upgrade_strategy {others}." if upgrade else ".")
+        )
+
+    def _workers_that_fit(self, max_nodes: int, strategy: str, below: int) -> int:
+        """The most workers (< ``below``) whose peak for ``strategy`` fits ``max_nodes`` nodes (bisection)."""
+        low, high = 0, below  # invariant: low fits (or is 0), high does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self.nodes_for(mid, strategy)[0] <= max_nodes:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    def ensure_headroom(self, workers: int, *, new_cluster: bool) -> None:
+        """Make the worker node group big enough for the peak; ClusterError with the numbers when it cannot be.
+
+        :param new_cluster: the apply replaces the Ray cluster (``raylift.kuberay.upgrade.starts_new_cluster``),
+            so the old one serves beside the new until it is ready. False: the running cluster takes the change
+            and the node group is left as the scale step sized it."""
+        strategy = self.upgrade_strategy if new_cluster else "None"
         need_nodes, amount = self.nodes_for(workers, strategy)
         now = self._eks().scaling(self.cluster_name, self.worker_nodegroup)
         if need_nodes <= now.desired_size:
             return
-        what = f"{amount:g} {self._accelerator()}" if self._accelerator() else f"{need_nodes} worker nodes"
-        if need_nodes > now.max_size:
-            raise ClusterError(
-                f"{'A ' + strategy + ' upgrade' if upgrading else 'This deploy'} of {workers} worker(s) needs {what} "
-                f"= {need_nodes} node(s) of node group {self.worker_nodegroup!r}, which allows at most {now.max_size} "
-                f"(now {now.desired_size}). Raise its maxSize to {need_nodes}, use upgrade_strategy 'None' or "
-                "'NewClusterWithIncrementalUpgrade', or deploy fewer workers."
-            )
+        self._refuse_beyond_max(workers, need_nodes, amount, now, strategy=strategy)
         log.info("Scaling %s from %d to %d node(s) for the %s peak", self.worker_nodegroup, now.desired_size, need_nodes, strategy)
         self._eks().scale_nodegroup(self.cluster_name, self.worker_nodegroup, need_nodes)
 
@@ -297,13 +334,16 @@ class EksTarget(AwsTarget):
 
     def apply_serve_config(self, config: dict[str, Any]) -> None:
         """Render, have the API server validate it (dry run), check headroom, keep the spec being replaced,
-        then server-side apply. A refused manifest changes nothing that serves."""
+        then server-side apply. A refused manifest changes nothing that serves.
+
+        Headroom for two clusters only when KubeRay will start a new one: the dry run's answer (the spec as the
+        API server would store it, defaults filled in) is compared with the live spec by KubeRay's own rules."""
         workers = self.recorded_workers()
         manifest = self.render(config, workers)
         hook = self._kuberay()
-        hook.apply_rayservice(manifest, dry_run=True)
+        would_be = hook.apply_rayservice(manifest, dry_run=True)
         previous = hook.get_rayservice(self.rayservice_name, self.namespace)
-        self.ensure_headroom(workers, upgrading=previous is not None)
+        self._headroom_for(workers, previous, would_be)
         if previous is not None:
             self.state_store().write_json(self._state_key("previous.json"), previous)
         self._apply_unless_changed(hook, manifest, previous)
@@ -327,13 +367,31 @@ class EksTarget(AwsTarget):
         hook.apply_rayservice(manifest, resource_version=((previous or {}).get("metadata") or {}).get("resourceVersion"))
 
     def rollback(self) -> None:
-        """Re-apply the RayService spec that the last apply replaced."""
+        """Re-apply the RayService spec that the last apply replaced (headroom as for any apply: two clusters
+        only when that spec's ``rayClusterConfig`` differs from the live one)."""
+        from raylift.kuberay.manifest import to_apply_config
+
         previous = self.state_store().read_json(self._state_key("previous.json"))
         if not previous:
             raise DeployError(
                 f"No previous RayService spec recorded for {self.namespace}/{self.rayservice_name}: nothing to roll back to."
             )
-        self._kuberay().rollback_rayservice(previous)
+        hook = self._kuberay()
+        live = hook.get_rayservice(self.rayservice_name, self.namespace)
+        self._headroom_for(self.recorded_workers(), live, to_apply_config(previous))
+        hook.rollback_rayservice(previous)
+
+    def _headroom_for(self, workers: int, live: dict[str, Any] | None, new: dict[str, Any]) -> None:
+        """``ensure_headroom`` for replacing the ``live`` RayService (None: none yet) with ``new``."""
+        from raylift.kuberay.upgrade import cluster_change, starts_new_cluster
+
+        live_spec = live.get("spec") if live else None
+        new_spec = new.get("spec") or {}
+        replaces = starts_new_cluster(live_spec, new_spec)
+        log.info("RayService %s/%s: cluster change %s, %s", self.namespace, self.rayservice_name,
+                 cluster_change(live_spec, new_spec).value,
+                 "a new Ray cluster beside the old one" if replaces else "the running cluster takes it")
+        self.ensure_headroom(workers, new_cluster=replaces)
 
     def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> Any:
         from raylift.triggers.rayservice import RayServiceReadyTrigger

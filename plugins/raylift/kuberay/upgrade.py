@@ -1,0 +1,74 @@
+"""Will applying a RayService spec start a second Ray cluster? KubeRay's own rules, on the specs themselves.
+
+KubeRay (``rayservice_controller.go``) hashes ``spec.rayClusterConfig`` with each worker group's
+``replicas``, ``minReplicas``, ``maxReplicas`` and ``scaleStrategy.workersToDelete`` (and the RayCluster's own
+``upgradeStrategy``) left out, and compares it with the hash of the cluster it runs:
+
+- same hash: the cluster stays; a changed ``serveConfigV2`` is sent to that cluster's Serve (in place);
+- the live worker groups unchanged and new ones appended at the end: the cluster is updated in place;
+- anything else: under ``upgradeStrategy.type`` ``NewCluster`` (or ``NewClusterWithIncrementalUpgrade``) a new
+  cluster starts beside the old one until it serves; under ``None`` KubeRay leaves the cluster as it is.
+
+Only the last case needs capacity for two clusters, so that is the only one the EKS target sizes for.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+# Fields KubeRay leaves out of the hash: the autoscaler changes them, so they never replace a cluster.
+MUTED_WORKER_GROUP_FIELDS = ("replicas", "minReplicas", "maxReplicas")
+
+
+class ClusterChange(StrEnum):
+    """What KubeRay does with the Ray cluster when a RayService spec is applied."""
+
+    CREATE = "create"  # no RayService yet: its first cluster
+    IN_PLACE = "in-place"  # only serveConfigV2 (or replicas) changed: the running cluster takes it
+    ADD_GROUPS = "add-groups"  # worker groups appended: the running cluster grows in place
+    NEW_CLUSTER = "new-cluster"  # rayClusterConfig changed: a new cluster, if the upgrade strategy allows
+
+
+def _hashed(cluster_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``rayClusterConfig`` as KubeRay hashes it: without the fields the autoscaler owns."""
+    view = copy.deepcopy(dict(cluster_config or {}))
+    view.pop("upgradeStrategy", None)
+    groups = view.get("workerGroupSpecs") or []
+    for group in groups:
+        for key in MUTED_WORKER_GROUP_FIELDS:
+            group.pop(key, None)
+        strategy = group.get("scaleStrategy")
+        if isinstance(strategy, dict):
+            strategy.pop("workersToDelete", None)
+            if not strategy:
+                group.pop("scaleStrategy")
+    view["workerGroupSpecs"] = groups
+    return view
+
+
+def cluster_change(live_spec: Mapping[str, Any] | None, new_spec: Mapping[str, Any]) -> ClusterChange:
+    """How KubeRay treats the cluster when ``new_spec`` replaces ``live_spec`` (both RayService ``spec``s, as
+    the API server stores them: compare a dry run's answer with a GET, so defaulted fields match)."""
+    if live_spec is None:
+        return ClusterChange.CREATE
+    old = _hashed(live_spec.get("rayClusterConfig"))
+    new = _hashed(new_spec.get("rayClusterConfig"))
+    if old == new:
+        return ClusterChange.IN_PLACE
+    old_groups, new_groups = old["workerGroupSpecs"], new["workerGroupSpecs"]
+    if len(new_groups) > len(old_groups) and {**new, "workerGroupSpecs": new_groups[: len(old_groups)]} == old:
+        return ClusterChange.ADD_GROUPS
+    return ClusterChange.NEW_CLUSTER
+
+
+def upgrade_strategy(spec: Mapping[str, Any]) -> str:
+    """The spec's ``upgradeStrategy.type``; KubeRay's default (zero-downtime upgrades on) is ``NewCluster``."""
+    return str((spec.get("upgradeStrategy") or {}).get("type") or "NewCluster")
+
+
+def starts_new_cluster(live_spec: Mapping[str, Any] | None, new_spec: Mapping[str, Any]) -> bool:
+    """True when applying ``new_spec`` runs a second Ray cluster beside the live one until it serves."""
+    return upgrade_strategy(new_spec) != "None" and cluster_change(live_spec, new_spec) is ClusterChange.NEW_CLUSTER
