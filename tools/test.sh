@@ -9,7 +9,7 @@ bash tools/setup.sh llamacpp || exit 1  # the llama.cpp app's tests need it
 export RAYLIFT_TINY_MODEL=$RAYLIFT_CACHE/tiny-llama
 export PATH=$CONTROL_VENV/bin:$PATH
 say "running tests"
-PYTEST=("$CONTROL_VENV/bin/python" -m pytest -ra --durations=15 -p no:cacheprovider)
+PYTEST=("$CONTROL_VENV/bin/python" -m pytest -ra --durations=40 -p no:cacheprovider)
 
 # pytest exit code 5 is "no tests collected". With a filter that is the filter's doing; for a whole
 # part of the suite it means the suite is broken, which must not pass silently.
