@@ -125,3 +125,40 @@ def test_endpoints_without_vllm_metrics_are_unavailable_not_failures(stub: Calla
     with pytest.raises(EndpointNotAllowedError):
         EngineMonitor("http://192.0.2.1:8000")
     assert EngineMonitor("http://192.0.2.1:8000/canary", allow_remote=True).path == "/canary/metrics"
+
+
+class SwallowsACancel(EngineMonitor):
+    """The sampler's first scrape eats the cancel that ends the round, as Python 3.11's ``asyncio.wait_for``
+    (the connect under a scrape) can when the cancel lands as the connect completes."""
+
+    calls = 0
+    swallowed = 0
+
+    async def scrape(self) -> object:  # type: ignore[override]
+        self.calls += 1
+        sample = await super().scrape()
+        if self.calls == 3:  # 1: the probe on entry; 2: the scrape before the round; 3: the sampler's first
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.swallowed += 1
+                task = asyncio.current_task()
+                assert task is not None
+                task.uncancel()
+        return sample
+
+
+def test_a_round_ends_even_when_the_sampler_misses_its_cancel(engine: tuple[FakeEngine, str]) -> None:
+    """The sampler ends by a flag as well as by a cancel: one swallowed cancel once left it scraping for ever
+    while the benchmark waited for it (a canary benchmark stalled 12 min; seen failing here with the flag off)."""
+    fake, url = engine
+    fake.set("0", waiting=0, running=1, kv=0.2)
+
+    async def level() -> tuple[int, dict[str, object]]:
+        async with SwallowsACancel(url, interval_s=0.01) as monitor:
+            async with monitor.during(1):
+                await asyncio.sleep(0.3)
+            return monitor.swallowed, monitor.summary(1)
+
+    swallowed, summary = asyncio.run(asyncio.wait_for(level(), 10))
+    assert swallowed == 1 and summary["samples"], summary

@@ -124,7 +124,9 @@ def test_a_first_release_becomes_the_anchor_and_the_next_is_judged_against_its_s
     assert state.anchor()["benchmark"]["levels"][0]["samples"]  # a direct release's baseline: the anchor's samples
     # the same server, judged against samples from another moment: a pass, or inconclusive when a loaded box
     # (other tests beside this one) widened the intervals; never a regression at a 50 % tolerance
-    branch, decision, out = release(url, "manual__2", config=NEW_VERSION, max_regression=0.5, on_inconclusive="pass")
+    # (the cumulative limit out of the way: a loaded box's drift between the two moments is not this test's point)
+    branch, decision, out = release(url, "manual__2", config=NEW_VERSION, max_regression=0.5, on_inconclusive="pass",
+                                    max_cumulative_regression=10)
     judgement = decision["evidence"]["judgement"]
     assert branch == "promote" and judgement["verdict"] in ("pass", "inconclusive"), judgement
     assert {m["metric"] for m in judgement["metrics"]} >= {"ttft_ms", "tpot_ms", "e2e_ms", "error_rate"}
@@ -155,7 +157,9 @@ def test_a_served_name_change_starts_a_new_anchor_and_the_next_release_is_judged
     assert branch == "promote" and decision["becomes_anchor"], decision
     assert state.anchor()["run_id"] == "manual__2" and state.anchor()["benchmark"]["model"] == "stub"
     # and the next direct release of the same model is judged against it again
-    branch, decision, _ = release(url, "manual__3", config=NEW_VERSION, max_regression=0.5, on_inconclusive="pass")
+    # (the cumulative limit out of the way: seen +9.4 % between two moments of the same stub on a loaded box)
+    branch, decision, _ = release(url, "manual__3", config=NEW_VERSION, max_regression=0.5, on_inconclusive="pass",
+                                  max_cumulative_regression=10)
     assert decision["evidence"]["judgement"]["verdict"] in ("pass", "inconclusive"), decision
     assert {m["metric"] for m in decision["evidence"]["judgement"]["metrics"]} >= {"e2e_ms", "error_rate"}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,8 @@ def promote(run_id: str, xcoms: XComs, deployed: dict[str, Any], evidence: Relea
     from raylift.operators.promote import PromoteReleaseOperator
 
     xcoms[("gate", "decision")] = decide(evidence).as_dict()
-    op = PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=deployed, deferrable=False)
+    # the stand-in answers at once: 30 s is plenty, and a wait that never ends fails in 30 s, not Serve's 600
+    op = PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=deployed, deferrable=False, timeout_s=30)
     return op.execute(xcoms.context(run_id, "promote"))
 
 
@@ -238,5 +240,8 @@ def test_a_retried_promote_finishes_its_own_write(serve: ServeStandin, tmp_path:
             promote("r2", xcoms, out)
     assert names(serve) == [APP] and serve.app(APP)["args"]["model"] == "/store/b"  # written, never recorded
     puts = len(serve.puts)
+    # try 2 comes later than a second after try 1's write (Airflow retries after minutes): it waits for the deploy
+    # try 1 started, not for one after its own start (seen failing: a 600 s wait on a RUNNING app, make test here)
+    time.sleep(1.5)
     assert promote("r2", xcoms, out)["promoted"]  # try 2: no conflict with its own write, nothing written again
     assert len(serve.puts) == puts and state(tmp_path).last_good()["run_id"] == "r2"

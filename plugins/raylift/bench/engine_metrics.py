@@ -214,20 +214,28 @@ class EngineMonitor:
         # the block's requests start their clocks
         before = await self._try_scrape(key)
         scraped: list[EngineSample] = []
+        # Stopped by a flag, not only by cancelling it: Python 3.11's asyncio.wait_for (the connect under a
+        # scrape) can swallow a cancel that lands as the connect completes, and a loop that only a cancel ends
+        # then scrapes for ever while the benchmark awaits it (seen: a canary benchmark stalled 12 min after a
+        # round, make test here).
+        stop = asyncio.Event()
 
         async def sample() -> None:
-            while True:
+            while not stop.is_set():
                 got = await self._try_scrape(key)
                 if got is not None:
                     scraped.append(got)
-                await asyncio.sleep(self.interval_s)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval_s):
+                        await stop.wait()
 
         task = asyncio.create_task(sample())
         try:
             yield
         finally:
+            stop.set()
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task}, timeout=SCRAPE_TIMEOUT_S + self.interval_s + 1)
         end = await self._try_scrape(key)  # the round finished: its counter's last reading
         self._rounds.setdefault(key, []).append(_Round(before, scraped, end))
 

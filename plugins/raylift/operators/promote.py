@@ -9,6 +9,7 @@ anchor moves: to this run if its verdict was a pass, else the run's change joins
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
@@ -75,6 +76,11 @@ class PromoteReleaseOperator(TargetOperator):
             # a retry whose earlier try wrote the promotion and died: finish it (wait, then record), never
             # refuse this run's own write as someone else's change
             self.log.warning("an earlier try of run %s already promoted app %r: waiting for RUNNING", run_id, name)
+            # its write went in after begin_apply's time: Serve's deploy of it counts, not only deploys from now
+            # (seen: a retry more than a second after its first try waited its whole timeout on a RUNNING app)
+            at = (state.applied(run_id) or {}).get("at")
+            if at:
+                target.resume_after_submit(datetime.fromisoformat(at).timestamp())
             return self._wait(context, current)
         if now is None or restarts_replicas(plan.serving, now):
             raise ReleaseConflictError(

@@ -93,6 +93,11 @@ class Target(ABC):
         """A trigger that fires when ``app_names`` are RUNNING, or with Serve's error when one fails. A
         ``PollingTrigger``: an operator that does not defer waits on the same condition with its ``wait()``."""
 
+    def resume_after_submit(self, submitted_at: float) -> None:
+        """An earlier try of this task submitted the Serve config at ``submitted_at`` (epoch seconds) and died
+        before its wait: :meth:`deploy_trigger` counts Serve's deploys from then, since nothing is submitted
+        again. No-op where the wait does not go by deploy times (a RayService's status)."""
+
     def undeploy_trigger(self, *, app_name: str, timeout_s: float) -> PollingTrigger | None:
         """The wait until Serve no longer lists a removed app, or None where the config write is the removal
         (a RayService spec: KubeRay reconciles it, and the spec no longer lists the app once written)."""

@@ -55,6 +55,10 @@ class DashboardServeControl:
         self._submitted_at = time.time()
         self.serve_dashboard().put_serve_config(config)
 
+    def resume_after_submit(self, submitted_at: float) -> None:
+        """The wait counts deploys from an earlier try's submission (see ``Target.resume_after_submit``)."""
+        self._submitted_at = submitted_at
+
     def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
         from raylift.triggers.serve import ServeApplicationsTrigger
 
