@@ -70,7 +70,8 @@ class PromoteReleaseOperator(TargetOperator):
         target = self.target_impl
         current = target.current_serve_config()
         now = app_by_name(current, name)
-        ours = app_by_name((state.applied(run_id) or {}).get("config") or {}, name)  # this run's last write
+        applied = state.applied(run_id) or {}
+        ours = app_by_name(applied.get("config") or {}, name)  # this run's last write
         if (now is not None and ours is not None and app_by_name(current, plan.canary["name"]) is None
                 and not restarts_replicas(plan.candidate, now) and not restarts_replicas(plan.candidate, ours)):
             # a retry whose earlier try wrote the promotion and died: finish it (wait, then record), never
@@ -78,9 +79,8 @@ class PromoteReleaseOperator(TargetOperator):
             self.log.warning("an earlier try of run %s already promoted app %r: waiting for RUNNING", run_id, name)
             # its write went in after begin_apply's time: Serve's deploy of it counts, not only deploys from now
             # (seen: a retry more than a second after its first try waited its whole timeout on a RUNNING app)
-            at = (state.applied(run_id) or {}).get("at")
-            if at:
-                target.resume_after_submit(datetime.fromisoformat(at).timestamp())
+            if applied.get("at"):
+                target.resume_after_submit(datetime.fromisoformat(applied["at"]).timestamp())
             return self._wait(context, current)
         if now is None or restarts_replicas(plan.serving, now):
             raise ReleaseConflictError(
