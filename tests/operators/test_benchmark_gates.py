@@ -32,6 +32,10 @@ NEW_VERSION = {"applications": [{"name": "llm", "args": {"served_model_name": "s
 # scheduling delay would itself be a >10 % change of a 17 ms request.
 STEADY = {"ttft_ms": 20, "itl_ms": 5}
 SLOWER = {"ttft_ms": 80, "itl_ms": 20}
+# Where one app is judged equal to itself (beside itself or at another moment) on every metric: ~0.35 s requests. A stub process descheduled for
+# ~75 ms near a stream's end (seen in CI beside a vLLM engine) doubled the 5 ms-per-token TPOT of STEADY;
+# on a 20 ms cadence it is a quarter, inside the 30 % tolerance those tests judge with.
+EQUAL = {"ttft_ms": 40, "itl_ms": 20}
 
 
 class XComs(dict):  # type: ignore[type-arg]
@@ -117,7 +121,7 @@ def test_all_failed_benchmark_with_one_slo_given_is_rejected(stub: Callable[...,
 def test_a_first_release_becomes_the_anchor_and_the_next_is_judged_against_its_samples(
     stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    url = stub(**STEADY)
+    url = stub(**EQUAL)
     branch, decision, _ = release(url, "manual__1")
     assert branch == "promote" and decision["verdict"] == "new baseline" and decision["becomes_anchor"]
     assert state.last_good()["run_id"] == "manual__1" and state.anchor()["run_id"] == "manual__1"
@@ -147,7 +151,7 @@ def test_a_first_release_becomes_the_anchor_and_the_next_is_judged_against_its_s
 def test_a_served_name_change_starts_a_new_anchor_and_the_next_release_is_judged_against_it(
     stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    url = stub(**STEADY)
+    url = stub(**EQUAL)
     release(url, "manual__1", served_name="old-name",
             config={"applications": [{"name": "llm", "args": {"served_model_name": "old-name"}}]})
     assert state.anchor()["benchmark"]["model"] == "old-name"
@@ -208,7 +212,7 @@ def test_the_same_config_redeployed_on_a_slower_machine_is_not_judged(
 def test_state_from_before_anchors_judges_against_the_last_good_run(
     stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    url = stub(**STEADY)
+    url = stub(**EQUAL)
     release(url, "manual__old")
     state.store.delete(f"{state.prefix}/anchor.json")  # as a cluster released before anchors existed
     assert state.anchor() is None and state.last_good()["benchmark"]
@@ -242,7 +246,7 @@ def test_a_slower_canary_is_rolled_back_and_the_serving_app_is_its_baseline(
 def test_an_equal_canary_is_promoted_and_the_anchor_chain_limits_the_drift(
     stub: Callable[..., str], state: DeploymentState
 ) -> None:
-    serving, candidate = stub(**STEADY), stub(**STEADY)
+    serving, candidate = stub(**EQUAL), stub(**EQUAL)
     xcoms = XComs()
     benchmark(canary(candidate, serving), "manual__equal", xcoms, config=NEW_VERSION)
     # measured in the same rounds, a loaded box slows both arms alike: a pass (inconclusive at worst)
