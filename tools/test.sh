@@ -28,30 +28,34 @@ if [ "$#" -gt 0 ]; then  # a chosen subset: one pytest run
   exit "$rc"
 fi
 
-# The whole suite in two parts at once, each in its own temp folder: the heavy part (real Ray + vLLM
-# stacks, one after another: they share 2 cores and must not start engines together) and everything
-# else, which needs no cluster and mostly waits on other processes (moto, the runtime env). Together
-# they take about as long as the heavy part alone. The heavy part's log follows once the light part ends.
-# The multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers) runs in the heavy part
-# too, last: it is a dozen processes, and a deploy through its workers starts an engine.
+# The whole suite in two lanes at once, each part in its own temp folder. Lane 1, the heavy part: the tests that
+# start vLLM engines (real Ray + vLLM stacks, one after another: they share 2 cores and must not start engines
+# together). Lane 2: static checks, then everything that needs no cluster and mostly waits on other processes
+# (moto, the runtime env), then the multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers,
+# two Ray clusters serving the translator app, no vLLM engine). Lane 2 ends well before lane 1, which sets the
+# suite's length; lane 1's log follows once lane 2 ends.
 mkdir -p var/test-tmp
-HEAVY=(tests/integration tests/entrypoints tests/multiworker)
+HEAVY=(tests/integration tests/entrypoints)
+MULTI=(tests/multiworker)
 "${PYTEST[@]}" "${HEAVY[@]}" --basetemp=var/test-tmp/heavy >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
-# Static checks run beside the heavy part (which sets the suite's length), before the unit tests.
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
 static_rc=0
 "$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
 PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
 "$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
 say "static checks: rc $static_rc"
-"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --basetemp=var/test-tmp/light
+"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" "${MULTI[@]/#/--ignore=}" --basetemp=var/test-tmp/light
 light_rc=$?
-say "light part done (rc $light_rc); the heavy part (integration, entry points, multi-worker) so far, then as it goes:"
+say "unit tests done (rc $light_rc); the multi-worker Airflow next"
+"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi
+multi_rc=$?
+say "multi-worker done (rc $multi_rc); the heavy part (integration, entry points) so far, then as it goes:"
 tail -n +1 -f --pid="$heavy_pid" var/test-tmp/heavy.log
 wait "$heavy_pid"
 heavy_rc=$?
 verdict "$light_rc" "the unit tests"; light_rc=$?
-verdict "$heavy_rc" "the integration, entry-point + multi-worker tests"; heavy_rc=$?
-say "static checks: rc $static_rc; unit tests: rc $light_rc; integration, entry points + multi-worker: rc $heavy_rc"
-[ "$static_rc" -eq 0 ] && [ "$light_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ]
+verdict "$multi_rc" "the multi-worker tests"; multi_rc=$?
+verdict "$heavy_rc" "the integration + entry-point tests"; heavy_rc=$?
+say "static checks: rc $static_rc; unit tests: rc $light_rc; multi-worker: rc $multi_rc; integration + entry points: rc $heavy_rc"
+[ "$static_rc" -eq 0 ] && [ "$light_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ]

@@ -71,6 +71,9 @@ def conf(**overrides: object) -> dict:
         "workers": 1,
         "concurrency": [1, 4],
         "requests_per_level": 8,
+        # no torch.compile: these tests judge raylift's release path, not vLLM's graphs, and compiling took
+        # 3-10 s of each of the suite's ~25 engine starts (measured alone; more beside other jobs)
+        "engine_args": {"enforce_eager": True},
     }
     return base | overrides
 
@@ -400,11 +403,9 @@ def test_a_slower_candidate_is_rejected_as_a_canary_and_no_user_request_meets_it
     before = wait_recovered(stack, set())
     with BackgroundLoad(stack.serve_url, MODEL, rate=0.5, max_requests=3000, max_seconds=1500) as load:
         load.wait_for(5)
-        # heavier weights staged under the same model id and served name; eager (no torch.compile): slower
-        # still per token, and the canary's replica skips compiling a new model's graphs
+        # heavier weights staged under the same model id and served name (eager, as every engine here)
         result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS, requests_per_level=SLOW_REQUESTS,
-                                                        model_source=str(heavier_model), on_inconclusive="fail",
-                                                        engine_args={"enforce_eager": True}))
+                                                        model_source=str(heavier_model), on_inconclusive="fail"))
         (stack.home / "canary-rejected.log").write_text(result.stdout + result.stderr)
         after = wait_recovered(stack, set())
         load.wait_for(len(load.records) + 5)
@@ -480,17 +481,20 @@ def test_broken_deploy_rolls_back_and_previous_app_keeps_answering(stack: LocalS
 VOCAB_PROMPT = "throughput autoscale rollback"  # few tokens with A's 2048-entry vocabulary, many with B's 320
 
 
-def prompt_tokens_of(model_dir: Path) -> int:
-    """The chat prompt's token count by the model's own tokenizer (the runtime env's transformers)."""
+def prompt_tokens_of(*model_dirs: Path) -> list[int]:
+    """The chat prompt's token count by each model's own tokenizer (the runtime env's transformers, one process)."""
     script = (
-        "import sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
-        "text = t.apply_chat_template([{'role': 'user', 'content': sys.argv[2]}], add_generation_prompt=True, "
-        "tokenize=False); print(len(t(text, add_special_tokens=False)['input_ids']))"
+        "import sys; from transformers import AutoTokenizer\n"
+        "for d in sys.argv[2:]:\n"
+        "    t = AutoTokenizer.from_pretrained(d)\n"
+        "    text = t.apply_chat_template([{'role': 'user', 'content': sys.argv[1]}], add_generation_prompt=True, "
+        "tokenize=False)\n"
+        "    print(len(t(text, add_special_tokens=False)['input_ids']))"
     )
     runtime = Path(__file__).resolve().parents[2] / ".cache/venvs/runtime/bin/python"
-    done = subprocess.run([str(runtime), "-c", script, str(model_dir), VOCAB_PROMPT], capture_output=True, text=True,
-                          timeout=300, check=True)
-    return int(done.stdout.strip().splitlines()[-1])
+    done = subprocess.run([str(runtime), "-c", script, VOCAB_PROMPT, *map(str, model_dirs)], capture_output=True,
+                          text=True, timeout=300, check=True)
+    return [int(line) for line in done.stdout.strip().splitlines()[-len(model_dirs):]]
 
 
 def vocab_probe(url: str) -> tuple[int, str]:
@@ -510,7 +514,7 @@ def test_new_weights_under_the_same_model_id_are_served_without_a_failed_request
     runtime = Path(__file__).resolve().parents[2] / ".cache/venvs/runtime/bin/python"
     subprocess.run([str(runtime), str(Path(__file__).resolve().parents[2] / "tools/make_tiny_model.py"), str(model_b),
                     "--seed", "1", "--vocab-size", "320"], check=True, capture_output=True, timeout=300)
-    tokens_a, tokens_b = prompt_tokens_of(tiny_model_path()), prompt_tokens_of(model_b)
+    tokens_a, tokens_b = prompt_tokens_of(tiny_model_path(), model_b)
     assert tokens_a != tokens_b, (tokens_a, tokens_b)
     wait_recovered(stack, set())
     assert vocab_probe(stack.serve_url)[0] == tokens_a  # model A answers
