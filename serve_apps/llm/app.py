@@ -12,8 +12,8 @@ prompts, errors in vLLM's shape, /tokenize, /version, /metrics, ...). So the rep
 FastAPI app vLLM's API server builds (``build_app`` + ``init_app_state`` with OpenAIServingModels,
 OpenAIServingChat, OpenAIServingCompletion, ServingTokenization) from a namespace parsed by vLLM's own
 CLI parser, and hands it to Serve late-bound (``__serve_build_asgi_app__``, as ``ray.serve.llm``'s
-LLMServer does). The module paths of the locked vLLM are pinned in ``llm.vllm_options.VLLM_API``; a unit test fails
-loudly when an upgrade moves them.
+LLMServer does). Where each supported vLLM keeps these is in ``llm.vllm_options.VLLM_API`` (the images ship
+vLLM 0.32 and, on Neuron, 0.9.1); tests check it against the runtime's vLLM and each image's vLLM wheel.
 
 Deploy with ``serve deploy configs/llm-cpu.yaml`` or through raylift; ``build_app(args)`` is the
 import path. Nothing heavy is loaded at import time.
@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
-from llm.vllm_options import SERVING_STATE, VLLM_API, vllm_api, vllm_namespace
+from llm.vllm_options import CALL_ARGS, SERVING_STATE, VLLM_API, accepted, call_vllm, vllm_api, vllm_namespace
 
 __all__ = ["VLLM_API", "LLMArgs", "LLMServer", "build_app", "vllm_api", "vllm_namespace"]
 
@@ -93,21 +93,35 @@ class LLMServer:
             resolve_model(self.args.model), self.args.served_model_name, self.args.vllm_options()
         )
         engine_args = vllm_api("AsyncEngineArgs").from_cli_args(self.vllm_args)
-        vllm_api("propagate_flash_late_interaction")(self.vllm_args, engine_args)
+        propagate = vllm_api("propagate_flash_late_interaction", optional=True)
+        if propagate is not None:  # vLLM 0.9.1 (Neuron) has no late-interaction options to carry over
+            propagate(self.vllm_args, engine_args)
         # vLLM's own engine-client builder (config, AsyncLLM, shutdown on exit), held open for the
         # replica's life. The engine's output handler runs on this (the replica's) event loop.
         self._stack = contextlib.AsyncExitStack()
-        self.engine = await self._stack.enter_async_context(vllm_api("build_engine_client")(engine_args))
+        self.engine = await self._stack.enter_async_context(
+            call_vllm("build_engine_client", {"engine_args": engine_args})
+        )
         log.info("vLLM engine for %s ready in %.1fs", self.args.served_model_name, time.monotonic() - started)
 
     async def __serve_build_asgi_app__(self) -> Any:
         """vLLM's API-server app with its serving state, exactly as its launcher builds it."""
-        supported_tasks = await self.engine.get_supported_tasks()
-        app = vllm_api("build_app")(self.vllm_args, supported_tasks, self.engine.model_config)
-        await vllm_api("init_app_state")(self.engine, app.state, self.vllm_args, supported_tasks)
-        for attr, cls_name in SERVING_STATE.items():
-            if not isinstance(getattr(app.state, attr, None), vllm_api(cls_name)):
-                raise TypeError(f"vLLM's app state has no {cls_name} at app.state.{attr}: check VLLM_API.")
+        # By parameter name, as each vLLM's signature asks: 0.32 takes the engine's supported tasks and
+        # model config, 0.9.1 (Neuron) the engine's whole config instead.
+        wanted = accepted(vllm_api("build_app")) | accepted(vllm_api("init_app_state"))
+        supplied: dict[str, Any] = {"args": self.vllm_args, "engine_client": self.engine}
+        if "supported_tasks" in wanted:
+            supplied["supported_tasks"] = await self.engine.get_supported_tasks()
+        if "model_config" in wanted:
+            supplied["model_config"] = self.engine.model_config
+        if "vllm_config" in wanted:
+            supplied["vllm_config"] = await self.engine.get_vllm_config()
+        app = call_vllm("build_app", {k: v for k, v in supplied.items() if k in CALL_ARGS["build_app"]})
+        supplied["state"] = app.state
+        await call_vllm("init_app_state", {k: v for k, v in supplied.items() if k in CALL_ARGS["init_app_state"]})
+        for cls_name, attrs in SERVING_STATE.items():
+            if not any(isinstance(getattr(app.state, attr, None), vllm_api(cls_name)) for attr in attrs):
+                raise TypeError(f"vLLM's app state has no {cls_name} at app.state.{'/'.join(attrs)}: check VLLM_API.")
         # On an engine error vLLM's handler flips should_exit on the uvicorn server its launcher keeps
         # in app.state.server; Serve has no such server (it restarts the replica via check_health),
         # but the attribute must exist or the lookup replaces the engine error (as ray.serve.llm does).
@@ -120,8 +134,10 @@ class LLMServer:
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.shutdown()
+        # AsyncLLM (vLLM V1) has shutdown(); vLLM 0.9.1's V0 multiprocess client (Neuron) has close()
+        stop = getattr(engine, "shutdown", None) or getattr(engine, "close", None)
+        if stop is not None:
+            stop()
 
 
 def build_app(args: dict[str, Any]) -> serve.Application:
