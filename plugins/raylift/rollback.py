@@ -188,13 +188,22 @@ def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 
 
 def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
-    """The DAG's one rollback, whatever failed or was rejected: remove this run's canary (giving a lent replica
+    """The DAG's one rollback, whatever failed or was rejected: first undo what the release changed in the cluster
+    itself (``Target.undo_cluster_change``: on ECS, the services back on the task-definition revisions they ran,
+    and the Serve config the restarted head lost re-applied), then remove this run's canary (giving a lent replica
     back), then restore the app if this run's unproven config still serves it (a direct release, or a promotion
     that did not finish). Each part leaves alone what someone else changed since, and says so."""
     from raylift.canary import CanaryPlan, without_canary
     from raylift.serve_writer import write_serve_config
 
     done: list[str] = []
+    undone = target.undo_cluster_change()
+    if undone is not None:
+        done.append(undone.message)
+        if undone.reapply is not None:  # the head restarted with no Serve app: what it served before the release
+            write_serve_config(target, undone.reapply, read=target.current_serve_config())
+            done.append(f"re-applied the Serve config the head served before the release (apps "
+                        f"{[a.get('name') for a in undone.reapply.get('applications', [])]})")
     raw = state.canary(run_id)
     if raw is not None and not state.proven(run_id):
         plan = CanaryPlan.from_dict(raw)

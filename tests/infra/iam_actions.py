@@ -17,6 +17,12 @@ from tests.infra.terraform_model import TerraformModule, unquote
 # botocore client name -> IAM service prefix, where they differ
 SERVICE_PREFIX = {"elbv2": "elasticloadbalancing", "monitoring": "cloudwatch"}
 
+# actions an operation also needs (the reference's "dependent actions"): a task-definition revision names the
+# task/execution roles (passed to ECS) and carries the tags of the one it copies (tag-on-create)
+DEPENDENT_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ecs", "RegisterTaskDefinition"): ("iam:PassRole", "ecs:TagResource"),
+}
+
 # operations that need no IAM permission at all
 NO_PERMISSION = {("sts", "GetCallerIdentity")}
 
@@ -59,7 +65,7 @@ def iam_actions(call: dict[str, Any]) -> tuple[str, ...]:
         else:
             actions = S3_ACTIONS.get(operation, (f"s3:{operation}",))
         return actions + S3_KMS.get(operation, ())
-    return (f"{SERVICE_PREFIX.get(service, service)}:{operation}",)
+    return (f"{SERVICE_PREFIX.get(service, service)}:{operation}", *DEPENDENT_ACTIONS.get((service, operation), ()))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ A service with an Application Auto Scaling target is resized through its min/max
 "The services are up" is defined once, as the custom waiter ``services_at_desired_count`` in
 ``raylift/waiters/ecs.json`` (every service runs its desired count, none pending, none missing or
 INACTIVE; throttled polls retried). The in-process wait here and ``EcsServicesRunningTrigger`` both drive it.
+
+An image rollout is a new task-definition revision (the old one's settings, the new image) and a service update
+to it, which is a new ECS deployment; "it is done" is boto's own ``services_stable`` waiter (one deployment left,
+running its desired count), which ``wait_for_stable_services`` and ``EcsServicesStableTrigger`` both drive.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,8 @@ from raylift.errors import ClusterError
 
 WAITERS = Path(__file__).resolve().parents[1] / "waiters"
 SERVICES_WAITER = "services_at_desired_count"
+# boto's own ECS waiter: not in raylift's ecs.json, so the provider's get_waiter falls back to the client's
+STABLE_WAITER = "services_stable"
 INSTANCE_TYPE_ATTRIBUTE = "ecs.instance-type"  # set by the ECS agent on every EC2 container instance
 DESCRIBE_BATCH = 100  # DescribeTasks / DescribeContainerInstances take at most 100 ARNs per call
 
@@ -88,6 +95,47 @@ def services_wait_message(reply: dict[str, Any], cluster: str, *, waited_s: floa
     return f"ECS service(s) {inactive} in {cluster!r} are INACTIVE (deleted): check the target options."
 
 
+def unstable_services(reply: dict[str, Any]) -> str:
+    """The services of a ``DescribeServices`` reply that ``services_stable`` does not accept yet, as
+    ``name: d deployments, r/d running``."""
+    return ", ".join(
+        f"{s['serviceName']}: {len(s.get('deployments') or [])} deployment(s), "
+        f"{s.get('runningCount', 0)}/{s.get('desiredCount', 0)} running"
+        for s in sorted(reply.get("services") or [], key=lambda s: s["serviceName"])
+        if len(s.get("deployments") or []) != 1 or s.get("runningCount") != s.get("desiredCount")
+    )
+
+
+def stable_wait_message(reply: dict[str, Any], cluster: str, *, waited_s: float | None = None) -> str:
+    """Why a ``services_stable`` wait on ``cluster`` ended without success, read from its last reply.
+
+    :param waited_s: set when the wait ran out of attempts: the message then names the unsettled services.
+    """
+    if waited_s is not None:
+        return (
+            f"ECS services in {cluster!r} not stable after {waited_s:.0f}s (a deployment still replacing tasks): "
+            f"{unstable_services(reply) or 'no DescribeServices reply to show'}. Check the services' events and "
+            "the new tasks' stopped reasons (image pull, capacity)."
+        )
+    if "Error" in reply:
+        error = reply["Error"]
+        return f"DescribeServices on {cluster!r} failed: {error.get('Code', '?')}: {error.get('Message', '')}"
+    if reply.get("failures"):
+        return f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options."
+    gone = sorted(
+        f"{s['serviceName']} ({s.get('status')})" for s in reply.get("services") or []
+        if s.get("status") in ("DRAINING", "INACTIVE")
+    )
+    return f"ECS service(s) {gone} in {cluster!r} are being deleted or deleted: check the target options."
+
+
+def image_repository(image: str) -> str:
+    """``registry/name`` of an image reference ``registry/name:tag`` or ``registry/name@sha256:...``."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
 def _failures(reply: dict[str, Any]) -> str:
     """A Describe* reply's failures as ``id (reason), ...``."""
     failures = reply.get("failures") or []
@@ -102,10 +150,14 @@ class EcsServiceHook(EcsHook):
         """raylift's ``waiters/ecs.json``: the provider's own lookup only searches its package."""
         return WAITERS / f"{self.client_type}.json"
 
-    def _autoscaling(self) -> AwsBaseHook:
+    @cached_property
+    def _autoscaling_hook(self) -> AwsBaseHook:  # one client per hook: a scale asks it twice per service
         return AwsBaseHook(
             aws_conn_id=self.aws_conn_id, region_name=self.region_name, client_type="application-autoscaling"
         )
+
+    def _autoscaling(self) -> AwsBaseHook:
+        return self._autoscaling_hook
 
     def service_counts(self, cluster: str, services: list[str]) -> dict[str, ServiceCounts]:
         """Desired/running/pending per service; ClusterError naming any that do not exist."""
@@ -240,6 +292,94 @@ class EcsServiceHook(EcsHook):
             timed_out = str(exc.kwargs.get("reason", "")).startswith("Max attempts exceeded")
             raise ClusterError(
                 services_wait_message(
+                    exc.last_response or {}, cluster, waited_s=waiter_delay * waiter_max_attempts if timed_out else None
+                )
+            ) from None
+
+    # -- image rollout -----------------------------------------------------------------------------
+    def service_task_definitions(self, cluster: str, services: list[str]) -> dict[str, str]:
+        """The task-definition ARN each service is set to (its PRIMARY deployment's); ClusterError naming any missing."""
+        reply = self.conn.describe_services(cluster=cluster, services=services)
+        if reply.get("failures"):
+            raise ClusterError(f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options.")
+        return {s["serviceName"]: s["taskDefinition"] for s in reply["services"]}
+
+    def revisions_with_image(self, task_definitions: list[str], repository_uri: str, image: str) -> dict[str, str]:
+        """For each of ``task_definitions``, a revision whose containers that run an image of ``repository_uri`` run
+        ``image``: ``{task definition: revision}``, the task definition itself where they already do.
+
+        Everything else is copied (whatever ``RegisterTaskDefinition`` takes, tags included), so a rollout changes
+        the image only. All are checked before any is registered: ClusterError, with nothing registered, when one
+        has no container running an image of the repository (raylift would not know which container is Ray's).
+        """
+        described = {
+            arn: self.conn.describe_task_definition(taskDefinition=arn, include=["TAGS"]) for arn in task_definitions
+        }
+        for arn, reply in described.items():
+            containers = reply["taskDefinition"].get("containerDefinitions") or []
+            if not any(image_repository(c.get("image", "")) == repository_uri for c in containers):
+                found = ", ".join(f"{c.get('name')}={c.get('image')}" for c in containers) or "no containers"
+                raise ClusterError(
+                    f"No container of ECS task definition {arn} runs an image of {repository_uri} ({found}), so "
+                    f"raylift cannot roll out {image}: point the task definition at the repository (terraform's "
+                    "image variable) or set the target option 'roll_out_image' to false."
+                )
+        return {arn: self._register_with_image(reply, repository_uri, image) for arn, reply in described.items()}
+
+    def _register_with_image(self, reply: dict[str, Any], repository_uri: str, image: str) -> str:
+        """Register a copy of a ``DescribeTaskDefinition`` reply running ``image`` (unless it already does)."""
+        current = reply["taskDefinition"]
+        containers = current.get("containerDefinitions") or []
+        ours = [c for c in containers if image_repository(c.get("image", "")) == repository_uri]
+        if all(c["image"] == image for c in ours):
+            return str(current["taskDefinitionArn"])
+        registrable = self.conn.meta.service_model.operation_model("RegisterTaskDefinition").input_shape.members
+        revision = {k: v for k, v in current.items() if k in registrable}
+        revision["containerDefinitions"] = [{**c, "image": image} if c in ours else c for c in containers]
+        if reply.get("tags"):
+            revision["tags"] = reply["tags"]
+        new = self.conn.register_task_definition(**revision)["taskDefinition"]["taskDefinitionArn"]
+        self.log.info("ECS task definition %s registered from %s, running %s", new, current["taskDefinitionArn"], image)
+        return str(new)
+
+    def deploy_revision(self, cluster: str, service: str, task_definition: str) -> str:
+        """Update ``service`` to ``task_definition``: a new ECS deployment, which replaces its tasks (the service's
+        deployment configuration says how). Returns the new deployment's id."""
+        from botocore.exceptions import ClientError
+
+        try:
+            reply = self.conn.update_service(
+                cluster=cluster, service=service, taskDefinition=task_definition, forceNewDeployment=True
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("ClientException", "InvalidParameterException"):
+                raise ClusterError(
+                    f"ECS service {cluster}/{service} cannot be updated to {task_definition}: "
+                    f"{exc.response['Error'].get('Message', '')} (is the revision deregistered?)"
+                ) from None
+            raise
+        deployments = reply["service"].get("deployments") or []
+        primary = next((d for d in deployments if d.get("status") == "PRIMARY"), deployments[0] if deployments else {})
+        self.log.info("ECS service %s/%s: deployment %s of %s", cluster, service, primary.get("id"), task_definition)
+        return str(primary.get("id", ""))
+
+    def wait_for_stable_services(
+        self, cluster: str, services: list[str], *, waiter_delay: float = 15, waiter_max_attempts: int = 40
+    ) -> None:
+        """Block (in-process) on boto's ``services_stable`` waiter (one deployment per service, running its desired
+        count); the deferrable path is ``EcsServicesStableTrigger``. ClusterError saying which did not settle."""
+        from botocore.exceptions import WaiterError
+
+        try:
+            self.get_waiter(STABLE_WAITER).wait(
+                cluster=cluster,
+                services=services,
+                WaiterConfig={"Delay": waiter_delay, "MaxAttempts": waiter_max_attempts},
+            )
+        except WaiterError as exc:
+            timed_out = str(exc.kwargs.get("reason", "")).startswith("Max attempts exceeded")
+            raise ClusterError(
+                stable_wait_message(
                     exc.last_response or {}, cluster, waited_s=waiter_delay * waiter_max_attempts if timed_out else None
                 )
             ) from None

@@ -8,7 +8,7 @@ travel through XCom (``to_xcom``/``from_xcom``) without leaking secrets; they li
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
 
@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from raylift.lease import Lease
     from raylift.store import ObjectStore
     from raylift.triggers.polling import PollingTrigger
+
+class ClusterUndo(NamedTuple):
+    """What ``Target.undo_cluster_change`` did, and the Serve config a head it restarted must be given again (it
+    starts with none; the caller writes it through ``raylift.serve_writer``), or None."""
+
+    message: str
+    reapply: dict[str, Any] | None = None
+
 
 class Target(ABC):
     """A place raylift deploys to. Subclasses register themselves by ``name``."""
@@ -59,6 +67,11 @@ class Target(ABC):
     @abstractmethod
     def cluster_state(self) -> ClusterState:
         """Ask the running cluster what it has (raises ClusterError when it cannot be reached)."""
+
+    def undo_cluster_change(self) -> ClusterUndo | None:
+        """The rollback step's part for what this release's ``scale`` changed in the cluster itself (ECS: the
+        services put on a new image), done before the Serve config is judged. None: nothing to undo."""
+        return None
 
     def cluster_ready_trigger(self, want: ClusterExpectation) -> BaseTrigger | None:
         """A trigger for the slow first part of a scale (e.g. ECS tasks starting), or None to just poll."""

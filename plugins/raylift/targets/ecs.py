@@ -3,13 +3,29 @@
 Scaling resizes the services; readiness is first ECS's running count (``EcsServicesRunningTrigger``),
 then what the Ray head itself reports (nodes, GPUs). Deploys go through the Serve REST API on the
 head, with the serve-app zip in S3 as ``runtime_env.working_dir`` and the image from CodeBuild/ECR.
+
+Image rollout: re-pointing a moving tag never reaches running tasks (ECS resolves a tag when a task starts), so
+the scale step, under the release's lease, registers a task-definition revision running this checkout's image by
+digest and updates the services to it (a new ECS deployment); the readiness wait is then boto's
+``services_stable`` (``EcsServicesStableTrigger``). Each release's rollout is kept in the state store, so
+``roll_back_image`` can put the services back on the revisions they ran before it.
+
+A new head task starts with no Serve apps (Serve's config lives in the head's memory). So the rollout record also
+keeps the Serve config the head ran before it (when it answered), and for the rest of that release
+``current_serve_config`` gives that config while the new head lists no app: the deploy step merges its app into it
+and re-submits every app, and its pre-deploy snapshot is what really served before the release. The rollback
+step (``undo_cluster_change``) puts the services back on their revisions, waits for ``services_stable``, then
+re-applies that config to the head that started again on the old image.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import time
+from datetime import UTC, datetime
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 
 from pydantic import Field, model_validator
 
@@ -18,7 +34,13 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 from raylift.targets.serve_control import DashboardServeControl
 
+if TYPE_CHECKING:
+    from raylift.store import ObjectStore
+    from raylift.targets.base import ClusterUndo
+
 log = logging.getLogger(__name__)
+_KEY_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+UNLEASED = "unleased"  # the rollout record's name when no release lease is held (a scale called by hand)
 
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -50,6 +72,7 @@ class EcsOptions(AwsOptions):
     worker_gpus: Gpus | None = None  # None: gpus_per_node
     gpus_per_node: Gpus = 4.0
     image_tag: str | None = Field(None, min_length=1)
+    roll_out_image: bool | None = None  # None: roll out where image_tag is set (the terraform stack's options)
     scale_timeout_s: PositiveSeconds = 900.0
     scale_poll_interval_s: PositiveSeconds = 10.0
 
@@ -65,7 +88,9 @@ class EcsTarget(DashboardServeControl, AwsTarget):
     ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
     ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
     ``gpus_per_node`` for both), ``image_tag`` (the moving tag the task definitions run, re-pointed at each
-    build's content tag), plus the shared AWS options (``bucket``, ``ecr_repository``, ...)."""
+    build's content tag), ``roll_out_image`` (scale puts the services on this checkout's image by digest: a new
+    task-definition revision and deployment; default: where ``image_tag`` is set), plus the shared AWS options
+    (``bucket``, ``ecr_repository``, ...)."""
 
     name = "ecs"
 
@@ -86,6 +111,7 @@ class EcsTarget(DashboardServeControl, AwsTarget):
         self.head_gpus = opts.gpus_per_node if opts.head_gpus is None else opts.head_gpus
         self.worker_gpus = opts.gpus_per_node if opts.worker_gpus is None else opts.worker_gpus
         self.image_tag = opts.image_tag
+        self.rolls_out_image = opts.image_tag is not None if opts.roll_out_image is None else opts.roll_out_image
         self.scale_timeout_s, self.scale_poll_interval_s = opts.scale_timeout_s, opts.scale_poll_interval_s
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
@@ -118,7 +144,8 @@ class EcsTarget(DashboardServeControl, AwsTarget):
 
     # -- artifact ----------------------------------------------------------------------------------
     def finish_build(self, artifact: Artifact) -> Artifact:
-        """Re-point the moving ``image_tag`` the task definitions run at this build's content tag."""
+        """Re-point the moving ``image_tag`` at this build's content tag (for people and terraform; the running
+        tasks get the image from the scale step's rollout, by digest)."""
         if self.image_tag and artifact.image:
             from raylift.hooks.ecr import EcrImageHook
 
@@ -141,6 +168,8 @@ class EcsTarget(DashboardServeControl, AwsTarget):
             raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
         ecs = self._ecs()
         ecs.service_counts(self.cluster, [self.head_service, self.worker_service])  # both exist, or a clear error
+        if self.rolls_out_image:  # before the counts: tasks started by the scale-up run the new revision
+            self.roll_out_image()
         ecs.scale_service(self.cluster, self.head_service, 1)
         ecs.scale_service(self.cluster, self.worker_service, workers)
         return self.expectation(workers)
@@ -152,12 +181,14 @@ class EcsTarget(DashboardServeControl, AwsTarget):
 
     def scale_trigger(self, *, timeout_s: float | None = None, poll_interval_s: float | None = None) -> Any:
         """Defer until the head and worker services run their desired counts (``scale`` set them to 1 and
-        the workers); then ask Ray with cluster_state."""
+        the workers), or, where ``scale`` rolls out images, until their deployments settled (``services_stable``:
+        one deployment each, at its desired count); then ask Ray with cluster_state."""
         from raylift.triggers.base import attempts_for
-        from raylift.triggers.ecs import EcsServicesRunningTrigger
+        from raylift.triggers.ecs import EcsServicesRunningTrigger, EcsServicesStableTrigger
 
         delay = poll_interval_s or self.scale_poll_interval_s
-        return EcsServicesRunningTrigger(
+        trigger = EcsServicesStableTrigger if self.rolls_out_image else EcsServicesRunningTrigger
+        return trigger(
             self.cluster,
             [self.head_service, self.worker_service],
             waiter_delay=delay,
@@ -165,6 +196,214 @@ class EcsTarget(DashboardServeControl, AwsTarget):
             aws_conn_id=self.aws.aws_conn_id,
             region_name=self.aws.region_name,
         )
+
+    # -- image rollout ------------------------------------------------------------------------------
+    def image_reference(self) -> str:
+        """This checkout's image by digest, ``<repository uri>@sha256:...``: the content tag resolved once, so a
+        task ECS starts later (a restart, a scale-up) runs this very image, whatever the tags point at by then.
+        ClusterError when ECR does not have it yet (build_artifact pushes it before the scale step)."""
+        from botocore.exceptions import ClientError
+
+        from raylift.aws.content import image_content_digest, image_tag
+        from raylift.hooks.ecr import EcrImageHook
+
+        ecr = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        uri = ecr.repository_uri(self.aws.ecr_repository)
+        tag = image_tag(image_content_digest(self.root, self.aws.image_name))
+        try:
+            reply = ecr.conn.describe_images(repositoryName=self.aws.ecr_repository, imageIds=[{"imageTag": tag}])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ImageNotFoundException":
+                raise
+            reply = {}
+        details = reply.get("imageDetails") or []
+        if not details:
+            raise ClusterError(
+                f"ECR has no image {uri}:{tag} (this checkout's content tag) to roll out to ECS cluster "
+                f"{self.cluster!r}: build_artifact pushes it before scale_cluster; run it first, or set the target "
+                "option 'roll_out_image' to false to keep the services' task definitions as they are."
+            )
+        return f"{uri}@{details[0]['imageDigest']}"
+
+    def release_name(self) -> str:
+        """The release this target acts for: the holder of the writer lease it was given, else ``unleased``."""
+        return self.held_lease.holder if self.held_lease is not None else UNLEASED
+
+    @cached_property
+    def _rollout_store(self) -> ObjectStore:  # one S3 client per target instance for the rollout records
+        store: ObjectStore = self.state_store()
+        return store
+
+    def _rollout_key(self, release: str) -> str:
+        cluster = _KEY_SAFE.sub("_", self.cluster_key())
+        return f"_raylift/{cluster}/ecs_image_rollout/{_KEY_SAFE.sub('_', release)}.json"
+
+    def image_rollout(self, release: str | None = None) -> dict[str, Any] | None:
+        """What a release rolled out (``{"image", "release", "at", "services": {name: {"previous", "rolled_to"}}}``),
+        or None; ``release`` defaults to this target's (``release_name``)."""
+        record: dict[str, Any] | None = self._rollout_store.read_json(self._rollout_key(release or self.release_name()))
+        return record
+
+    def roll_out_image(self, image: str | None = None) -> dict[str, Any] | None:
+        """Put the head and worker services on ``image`` (default: ``image_reference()``): for each task definition
+        they run whose Ray container runs another image, register a revision that runs it, then update the
+        services to it (a new deployment each). Does not wait: ``scale_trigger`` waits for ``services_stable``.
+
+        The services' previous revisions are written to the state store before any service changes (a retry of the
+        same release keeps the first ones: what ran before the release), for ``roll_back_image``. Returns that
+        record, or None when the services already run ``image`` (nothing changed, nothing written).
+        """
+        from raylift.hooks.ecs_service import image_repository
+
+        ref = image or self.image_reference()
+        ecs = self._ecs()
+        services = [self.head_service, self.worker_service]
+        running = ecs.service_task_definitions(self.cluster, services)
+        revisions = ecs.revisions_with_image(sorted(set(running.values())), image_repository(ref), ref)
+        moves = {name: (old, revisions[old]) for name, old in running.items() if revisions[old] != old}
+        if not moves:
+            log.info("ECS services %s in %r already run %s: no rollout", services, self.cluster, ref)
+            return None
+        release = self.release_name()
+        before = self.image_rollout(release) or {}
+        earlier = before.get("services") or {}
+        record = {
+            "image": ref,
+            "release": release,
+            "at": datetime.now(UTC).isoformat(),
+            # what the head served before this release restarted it: a retry keeps the first try's (by then the
+            # head it restarted lists nothing)
+            "serve_config": before["serve_config"] if "serve_config" in before else self._live_serve_config(),
+            "services": {
+                **earlier,
+                **{
+                    name: {"previous": (earlier.get(name) or {}).get("previous", old), "rolled_to": new}
+                    for name, (old, new) in moves.items()
+                },
+            },
+        }
+        self._rollout_store.write_json(self._rollout_key(release), record)
+        for name, (old, new) in sorted(moves.items()):
+            deployment = ecs.deploy_revision(self.cluster, name, new)
+            log.info("ECS service %s/%s: %s -> %s (deployment %s)", self.cluster, name, old, new, deployment)
+        return record
+
+    def _live_serve_config(self) -> dict[str, Any] | None:
+        """The Serve config the head runs now, or None when no dashboard answers (the head is stopped)."""
+        dashboard = self.serve_dashboard()
+        if not dashboard.is_up():
+            return None
+        config: dict[str, Any] = dashboard.deployed_config(dashboard.serve_applications())
+        return config
+
+    def config_lost_in_rollout(self) -> dict[str, Any] | None:
+        """The Serve config the head served before this release's image rollout restarted it, if it had apps;
+        None outside a release (no writer lease held) or when the release rolled out nothing."""
+        if self.held_lease is None:
+            return None
+        saved = (self.image_rollout() or {}).get("serve_config")
+        return saved if saved and saved.get("applications") else None
+
+    def current_serve_config(self) -> dict[str, Any]:
+        """The head's Serve config; while the head lists no app and this release's image rollout restarted it,
+        the config it served before (``config_lost_in_rollout``): what a deploy merges into, re-submitting every
+        app, and what its rollback snapshot keeps."""
+        live = super().current_serve_config()
+        if live.get("applications"):
+            return live
+        lost = self.config_lost_in_rollout()
+        if lost is None:
+            return live
+        log.warning(
+            "the Ray head on ECS %r lists no Serve app since release %s restarted it on a new image: its "
+            "earlier config (apps %s) stands in for it, so the next write re-submits them",
+            self.cluster, self.release_name(), [a.get("name") for a in lost["applications"]],
+        )
+        return lost
+
+    def undo_cluster_change(self) -> ClusterUndo | None:
+        """The rollback step's ECS part: put the services this release rolled out back on their previous
+        task-definition revisions (``roll_back_image``, which waits for ``services_stable``). If the head went back
+        too, it restarted with no Serve app: wait for its dashboard and hand back the Serve config it served before
+        the release, for the caller to write (``raylift.rollback``). None when this release rolled out no image, or
+        outside a release (no writer lease: a run that never took it changed nothing, and a hand rollout is not its
+        to undo)."""
+        from raylift.targets.base import ClusterUndo
+
+        if self.held_lease is None:
+            return None
+        record = self.image_rollout()
+        if record is None:
+            return None
+        done = self.roll_back_image()
+        saved = record.get("serve_config")
+        head = record["services"].get(self.head_service)
+        if head is None or not saved or not saved.get("applications"):
+            return ClusterUndo(done)  # the head kept its task (and its Serve apps), or it served none before
+        now = self._ecs().service_task_definitions(self.cluster, [self.head_service])[self.head_service]
+        if now != head["previous"]:
+            return ClusterUndo(done)  # left on a revision someone else deployed since: so are its Serve apps
+        live = self._wait_for_head(saved)
+        if live.get("applications"):  # a retried rollback that re-applied already, or a hand deploy since
+            names = [a.get("name") for a in live["applications"]]
+            return ClusterUndo(f"{done}; the head lists Serve apps {names} already: left as they are")
+        return ClusterUndo(done, reapply=saved)
+
+    def _wait_for_head(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """The restarted head's Serve config, once its dashboard answers (up to ``scale_timeout_s``)."""
+        deadline = time.monotonic() + self.scale_timeout_s
+        while (live := self._live_serve_config()) is None:
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"The Ray head on ECS {self.cluster!r} did not answer on {self.dashboard_url()} within "
+                    f"{self.scale_timeout_s:.0f}s of going back to its previous revision: its Serve apps "
+                    f"{[a.get('name') for a in saved['applications']]} are not re-applied. Run the rollback again."
+                )
+            time.sleep(self.scale_poll_interval_s)
+        return live
+
+    def roll_back_image(self, release: str | None = None) -> str:
+        """Put the services a release rolled out (default: this target's release) back on the task-definition
+        revisions they ran before it (a new deployment each), and wait in-process for ``services_stable``.
+
+        A service someone moved to yet another revision since is left there, and said so, as a Serve-config
+        rollback leaves a changed app alone. Idempotent: a service already back is left as it is. Returns what
+        was done; ClusterError when the services do not settle within ``scale_timeout_s``.
+        """
+        from raylift.triggers.base import attempts_for
+
+        release = release or self.release_name()
+        record = self.image_rollout(release)
+        if record is None:
+            return f"nothing to roll back: release {release} rolled out no image on ECS cluster {self.cluster!r}"
+        ecs = self._ecs()
+        planned: dict[str, dict[str, str]] = record["services"]
+        now = ecs.service_task_definitions(self.cluster, sorted(planned))
+        back: dict[str, str] = {}
+        done: list[str] = []
+        for name, entry in sorted(planned.items()):
+            if now[name] == entry["previous"]:
+                done.append(f"{name} already runs {_revision(entry['previous'])}")
+            elif now[name] == entry["rolled_to"]:
+                back[name] = entry["previous"]
+            else:
+                done.append(
+                    f"{name} left on {_revision(now[name])} (changed since release {release} rolled it to "
+                    f"{_revision(entry['rolled_to'])})"
+                )
+        for name, previous in back.items():
+            ecs.deploy_revision(self.cluster, name, previous)
+            done.append(f"{name} back on {_revision(previous)} from {_revision(planned[name]['rolled_to'])}")
+        if back:
+            ecs.wait_for_stable_services(
+                self.cluster,
+                sorted(back),
+                waiter_delay=self.scale_poll_interval_s,
+                waiter_max_attempts=attempts_for(self.scale_timeout_s, self.scale_poll_interval_s),
+            )
+        message = f"ECS cluster {self.cluster!r}: " + "; ".join(done)
+        log.warning("image rollback: %s", message)
+        return message
 
     def check_ready(self, want: ClusterExpectation) -> ClusterState:
         """What Ray reports, or ClusterNotReadyError naming what is missing and how many tasks ECS runs."""
@@ -211,3 +450,8 @@ class EcsTarget(DashboardServeControl, AwsTarget):
         ecs = self._ecs()
         ecs.scale_service(self.cluster, self.worker_service, 0)
         ecs.scale_service(self.cluster, self.head_service, 0)
+
+
+def _revision(task_definition_arn: str) -> str:
+    """``family:revision`` of a task-definition ARN, for messages."""
+    return task_definition_arn.rsplit("/", 1)[-1]

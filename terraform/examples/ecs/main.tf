@@ -44,6 +44,8 @@ module "airflow_iam" {
   ecr_repository_arn          = module.image_pipeline.repository_arn
   ecs_enabled                 = true
   ecs_service_arns            = module.ray.service_arns
+  ecs_task_definition_arns    = module.ray.task_definition_family_arns
+  ecs_task_role_arns          = module.ray.task_role_arns
   cloudmap_namespace_name     = module.ray.cloudmap_namespace_name
   role_trusted_services       = var.airflow_trusted_services
   attach_to_role_names        = var.airflow_existing_role_names

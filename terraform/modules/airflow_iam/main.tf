@@ -63,9 +63,60 @@ data "aws_iam_policy_document" "airflow" {
   dynamic "statement" {
     for_each = local.has_ecs ? [1] : []
     content {
-      sid       = "ScaleRayServices"
+      sid       = "ScaleRayServices" # and move them to a task-definition revision (an image rollout or its rollback)
       actions   = ["ecs:UpdateService", "ecs:DescribeServices"]
       resources = var.ecs_service_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "ReadRayTaskDefinitions"
+      # an image rollout copies the services' task definitions (with their tags); a describe call with no
+      # resource-level permissions
+      actions   = ["ecs:DescribeTaskDefinition"]
+      resources = ["*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "RegisterRayTaskDefinitionRevisions"
+      # a new revision of the head/worker families running the build's image (by digest)
+      actions   = ["ecs:RegisterTaskDefinition"]
+      resources = var.ecs_task_definition_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "TagRayTaskDefinitionRevisionsOnCreate"
+      # the revision carries the tags of the one it copies (tag-on-create); no existing resource can be tagged
+      actions   = ["ecs:TagResource"]
+      resources = var.ecs_task_definition_arns
+      condition {
+        test     = "StringEquals"
+        variable = "ecs:CreateAction"
+        values   = ["RegisterTaskDefinition"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "PassRayTaskRoles"
+      # the revision names the same task and execution roles as the one it copies
+      actions   = ["iam:PassRole"]
+      resources = var.ecs_task_role_arns
+      condition {
+        test     = "StringEquals"
+        variable = "iam:PassedToService"
+        values   = ["ecs-tasks.amazonaws.com"]
+      }
     }
   }
 

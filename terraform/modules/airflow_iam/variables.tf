@@ -47,6 +47,18 @@ variable "ecs_service_arns" {
   default     = []
 }
 
+variable "ecs_task_definition_arns" {
+  description = "Task-definition families (ARN patterns, family:*) raylift registers revisions of when it rolls out an image."
+  type        = list(string)
+  default     = []
+}
+
+variable "ecs_task_role_arns" {
+  description = "Task and task-execution roles of those task definitions, which registering a revision passes."
+  type        = list(string)
+  default     = []
+}
+
 variable "cloudmap_namespace_name" {
   description = "Cloud Map namespace in which raylift discovers the Ray head (null without ECS)."
   type        = string

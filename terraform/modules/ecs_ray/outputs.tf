@@ -52,3 +52,13 @@ output "ray_auth_token_secret_arn" {
   description = "Secrets Manager secret holding the Ray cluster's auth token (give it to Airflow as RAY_AUTH_TOKEN)."
   value       = aws_secretsmanager_secret.ray_auth.arn
 }
+
+output "task_definition_family_arns" {
+  description = "Every revision of the head and worker task-definition families (ARN patterns): raylift registers a revision per new image."
+  value       = [for td in aws_ecs_task_definition.ray : "${td.arn_without_revision}:*"]
+}
+
+output "task_role_arns" {
+  description = "The task and task-execution roles the task definitions name: registering a revision passes them (iam:PassRole)."
+  value       = [aws_iam_role.task.arn, aws_iam_role.execution.arn]
+}

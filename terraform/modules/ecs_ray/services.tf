@@ -1,5 +1,7 @@
 # The head service (at most one task, registered in Cloud Map) and the worker service, whose
-# desired count raylift changes (ecs:UpdateService); terraform leaves that number alone after creation.
+# desired count raylift changes (ecs:UpdateService); terraform leaves that number alone after creation, and the
+# task-definition revision too: raylift's scale step registers a revision running each build's image (by digest)
+# and moves the services to it (its rollback moves them back), which a later terraform apply must not undo.
 locals {
   service_names = { for role in keys(local.node_roles) : role => "${var.name}-${role}" }
 }
@@ -30,7 +32,7 @@ resource "aws_ecs_service" "head" {
   }
 
   lifecycle {
-    ignore_changes = [desired_count] # raylift starts (1) and stops (0) the head
+    ignore_changes = [desired_count, task_definition] # raylift starts (1) and stops (0) the head, rolls out images
   }
 
   depends_on = [aws_ecs_cluster_capacity_providers.ray]
@@ -58,7 +60,7 @@ resource "aws_ecs_service" "worker" {
   }
 
   lifecycle {
-    ignore_changes = [desired_count] # raylift scales the workers
+    ignore_changes = [desired_count, task_definition] # raylift scales the workers, rolls out images
   }
 
   depends_on = [aws_ecs_service.head]
