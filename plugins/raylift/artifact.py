@@ -13,6 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from raylift.config import PROJECT_FILES, project_root_problem
 from raylift.errors import BuildError
 
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
@@ -28,7 +29,7 @@ class PackageInputs:
 
     def files(self) -> list[tuple[str, Path]]:
         if not self.app_dir.is_dir():
-            raise BuildError(f"Serve app folder {self.app_dir} does not exist: check RAYLIFT_ROOT / the checkout.")
+            raise BuildError(f"Serve app folder {self.app_dir} does not exist. {_root_hint()}")
         entries = [
             (p.relative_to(self.app_dir).as_posix(), p)
             for p in self.app_dir.rglob("*")
@@ -36,9 +37,14 @@ class PackageInputs:
         ]
         for extra in self.extra_files:
             if not extra.is_file():
-                raise BuildError(f"Package input {extra} is missing.")
+                raise BuildError(f"Package input {extra} is missing. {_root_hint()}")
             entries.append((f"_raylift/{extra.name}", extra))
         return sorted(entries)
+
+
+def _root_hint() -> str:
+    """What the project root lacks and what to set (raylift.config), when a missing input came from it."""
+    return project_root_problem() or f"(raylift's project root has {' and '.join(PROJECT_FILES)}; this input was not from it.)"
 
 
 def digest_of(inputs: PackageInputs) -> str:

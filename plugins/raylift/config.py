@@ -43,11 +43,46 @@ def default_deferrable(deferrable: bool | None) -> bool:
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
+# What raylift reads from its project root at run time (the Serve-app package's inputs, raylift.artifact), and
+# where a non-editable install carries a copy of them: setup.py copies them into the wheel as raylift/_project/.
+PROJECT_FILES = ("serve_apps", "requirements/runtime.lock")
+SHIPPED_PROJECT_DIR = "_project"
+
+
 def repo_root() -> Path:
-    """The project checkout (the folder holding ``serve_apps/``), or ``RAYLIFT_ROOT``."""
+    """The project root: the folder holding ``serve_apps/`` and ``requirements/runtime.lock``.
+
+    In order: ``RAYLIFT_ROOT`` when set (a checkout or any folder with both); the checkout raylift runs from
+    (``<root>/plugins/raylift``: an editable install, the tests); the copy a non-editable install ships
+    (``raylift/_project``, what the Airflow image's ``pip install ./`` puts in site-packages). When none has
+    ``serve_apps/``, the checkout's place is returned and the build names what is missing
+    (``project_root_problem``): this is called by settings defaults too, which must not fail."""
     if os.environ.get("RAYLIFT_ROOT"):
-        return Path(os.environ["RAYLIFT_ROOT"]).resolve()
-    return Path(__file__).resolve().parents[2]
+        return Path(os.environ["RAYLIFT_ROOT"]).expanduser().resolve()
+    package = Path(__file__).resolve().parent
+    checkout = package.parents[1]
+    if package.parent.name == "plugins" and (checkout / PROJECT_FILES[0]).is_dir():
+        return checkout
+    shipped = package / SHIPPED_PROJECT_DIR
+    if (shipped / PROJECT_FILES[0]).is_dir():
+        return shipped
+    return checkout
+
+
+def project_root_problem() -> str | None:
+    """None when ``repo_root()`` holds every one of ``PROJECT_FILES``; else what is missing where, and what to set."""
+    root = repo_root()
+    missing = [name for name in PROJECT_FILES if not (root / name).exists()]
+    if not missing:
+        return None
+    if os.environ.get("RAYLIFT_ROOT"):
+        where = f"RAYLIFT_ROOT={os.environ['RAYLIFT_ROOT']}"
+    else:
+        where = (f"raylift at {Path(__file__).resolve().parent} is neither in a checkout (plugins/raylift) nor an "
+                 f"install that ships them (raylift/{SHIPPED_PROJECT_DIR}), so the project root fell back to {root}")
+    return (f"{' and '.join(missing)} not found under the project root ({where}): set RAYLIFT_ROOT to a folder "
+            f"holding {' and '.join(PROJECT_FILES)} (e.g. a checkout), or install raylift non-editable from a "
+            "checkout (`pip install ./`: the wheel ships them).")
 
 
 def own_runtime_python() -> Path:

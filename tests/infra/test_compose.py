@@ -39,7 +39,7 @@ def resolved() -> dict[str, Any]:
 def test_the_validator_rejects_what_the_spec_forbids(tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yaml"
     broken.write_text(COMPOSE_FILE.read_text().replace("      interval: 10s", "      intervall: 10s", 1))
-    for folder in ("dags", "plugins", "serve_apps"):
+    for folder in ("dags", "plugins"):
         (tmp_path / folder).mkdir()
     run = compose_config(broken)
     assert run.returncode != 0
