@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.moto_server import aws_env, moto_server, reset
+from bench.harness.moto_server import aws_env, moto_server, reset
 
 
 @pytest.fixture(scope="session")

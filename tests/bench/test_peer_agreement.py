@@ -44,8 +44,8 @@ from typing import Any
 
 import pytest
 
+from bench.harness.local_stack import ROOT
 from raylift.bench.runner import run_benchmark
-from tests.fixtures.local_stack import ROOT
 from tests.serve_apps.models import RUNTIME_PYTHON
 
 # Long delays: a client's own costs are a few ms (vLLM's client starts its clock before aiohttp builds

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from bench.harness.local_stack import ROOT
 from raylift.bench.cost import format_cost, run_cost
 from raylift.bench.report import cost_html, write_report
 from raylift.errors import BenchmarkError
 from tests.bench.test_cost_gates_report import _level, _result
 from tests.fixtures.browser import headless_chromium
-from tests.fixtures.local_stack import ROOT
 
 PRICES = json.loads((ROOT / "plugins/raylift/data/prices.json").read_text())["regions"]  # the table itself
 SCREENSHOT = ROOT / "var/test-artifacts/report-cost.png"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.local_stack import ROOT
 from tests.entrypoints.conftest import deploy_conf
 from tests.fixtures.airflow_server import USERNAME, AirflowServer
 from tests.fixtures.browser import headless_chromium
-from tests.fixtures.local_stack import ROOT
 
 pytestmark = pytest.mark.integration
 

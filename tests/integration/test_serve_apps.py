@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.fixtures.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
+from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
 from tests.serve_apps import openai_conformance as oc
 from tests.serve_apps.models import RUNTIME_PYTHON, tiny_gguf_dir, tiny_t5_path
 

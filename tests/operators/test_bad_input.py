@@ -145,7 +145,7 @@ def test_deploy_without_a_cluster_says_to_scale_first(local_home: Path) -> None:
     ],
 )
 def test_engine_args_vllm_rejects_are_named(engine_args: dict, match: str) -> None:
-    from tests.fixtures.local_stack import tiny_model_path
+    from bench.harness.local_stack import tiny_model_path
 
     target = get_target("local")
     with pytest.raises(RayliftValueError, match=match):
@@ -153,6 +153,6 @@ def test_engine_args_vllm_rejects_are_named(engine_args: dict, match: str) -> No
 
 
 def test_valid_engine_args_pass() -> None:
-    from tests.fixtures.local_stack import tiny_model_path
+    from bench.harness.local_stack import tiny_model_path
 
     get_target("local").validate_engine_args(str(tiny_model_path()), {"max_model_len": 512})
