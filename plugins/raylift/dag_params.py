@@ -79,9 +79,12 @@ def deploy_params() -> dict[str, Param]:
         ),
         "app_name": Param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
         "serve_config": Param(
-            "llm-cpu.yaml", type="string", pattern=r"^[A-Za-z0-9._-]+\.ya?ml$",
+            "auto", type="string", pattern=r"^(auto|[A-Za-z0-9._-]+\.ya?ml)$",
             description="Base Serve config in serve_apps/configs/: picks the app (llm-*, translator-*, llamacpp-*) "
-            "and its hardware profile (cpu, gpu, gpu-tp4, gpu-pp3-tp4, neuron, graviton)",
+            "and its hardware profile (cpu, gpu, gpu-tp4, gpu-pp3-tp4, neuron, graviton). auto: follow the cluster's "
+            "instances (ECS/EKS, from EC2's instance-type data: llm-gpu.yaml on NVIDIA GPUs, llm-neuron.yaml on "
+            "Inferentia/Trainium, llamacpp-graviton.yaml on Graviton, else llm-cpu.yaml; local and ray: llm-cpu.yaml). "
+            "A named profile the cluster's instances cannot run is refused before anything is applied",
         ),
         "route_prefix": Param(
             None, type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",

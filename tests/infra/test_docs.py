@@ -36,8 +36,10 @@ def test_dag_confs_use_declared_params() -> None:
         # the JSON object, with a shell substitution ($(airflow variables get ...)) read as an empty object
         literal = json.loads(re.sub(r"\$\([^)]*\)", "{}", conf[conf.index("{"):conf.rindex("}") + 1]))
         assert set(literal) <= declared, set(literal) - declared
-        assert {"target", "model_source", "model_id", "served_name", "replicas", "workers"} <= set(literal)
-        targets.append(literal["target"])
-        if literal["target_options"]:  # written out in the doc: the target takes them
+        assert {"model_source", "model_id", "served_name", "replicas", "workers"} <= set(literal)
+        # the cluster: a target with its options, or a raylift_cluster connection (tests/aws/test_docs_confs.py)
+        assert ("target" in literal) != ("cluster_conn_id" in literal), literal
+        targets.append(literal.get("target") or literal["cluster_conn_id"])
+        if literal.get("target_options"):  # written out in the doc: the target takes them
             get_target(literal["target"], **literal["target_options"])
-    assert targets == ["ecs", "eks", "ray"]
+    assert targets == ["raylift-ecs", "raylift-eks", "ray"]

@@ -243,6 +243,9 @@ def conf(target: str, options: dict[str, Any], **overrides: Any) -> dict[str, An
         # about the AWS targets, not the release gate: applied directly, SLOs only (3 requests cannot be judged)
         "release": "direct",
         "regression_baseline": "none",
+        # the "cluster" is a CPU Ray standing for GPU instances (moto's node group is g5): name the CPU profile,
+        # which raylift allows on GPU instances with a warning (auto would pick llm-gpu.yaml)
+        "serve_config": "llm-cpu.yaml",
     }
     return base | overrides
 

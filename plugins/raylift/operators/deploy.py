@@ -39,6 +39,9 @@ class ServeDeployOperator(TargetOperator):
     :param served_name: the ``model`` name clients send.
     :param app_name: the Serve application's name (apps sharing a cluster need their own).
     :param serve_config: the base config under ``serve_apps/configs/``; its ``import_path`` gives the app's kind.
+        ``auto`` (the default): the profile follows the cluster's instances (``raylift.hardware_profile``: GPU,
+        Neuron, Graviton, else CPU); a named one is checked against them, and refused before anything is applied
+        when no instance can run a replica of it.
     :param replicas: Serve replicas (an integer >= 0; a string from a template is converted).
     :param engine_args: extra vLLM engine args, checked by vLLM before anything is applied.
     :param app_args: extra args for the app.
@@ -77,7 +80,7 @@ class ServeDeployOperator(TargetOperator):
         model: Any,
         served_name: str,
         app_name: str = DEFAULT_APP_NAME,
-        serve_config: str = "llm-cpu.yaml",
+        serve_config: str = "auto",
         replicas: int | str = 1,
         engine_args: dict[str, Any] | None = None,
         app_args: dict[str, Any] | None = None,
@@ -103,7 +106,7 @@ class ServeDeployOperator(TargetOperator):
 
     def render(self) -> dict[str, Any]:
         """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""
-        from raylift.serve_config import app_kind, apply_autoscaling, load_config, render_app
+        from raylift.serve_config import app_kind, apply_autoscaling, render_app
 
         try:
             replicas = int(self.replicas)
@@ -114,8 +117,7 @@ class ServeDeployOperator(TargetOperator):
         for field in ("engine_args", "app_args", "autoscaling"):
             if not isinstance(getattr(self, field), dict):
                 raise RayliftValueError(f"'{field}' must be a JSON object, got {type(getattr(self, field)).__name__}.")
-        name = Path(str(self.serve_config)).name
-        base = load_config(repo_root() / SERVE_APPS_DIR_NAME / "configs" / name)
+        name, base = self.hardware_profile()
         kind = app_kind(base["applications"][0])
         if self.engine_args and not kind.engine:
             raise RayliftValueError(
@@ -133,6 +135,26 @@ class ServeDeployOperator(TargetOperator):
             route_prefix=str(self.route_prefix) if self.route_prefix else None,
         )
         return apply_autoscaling(app, self.autoscaling)
+
+    def hardware_profile(self) -> tuple[str, dict[str, Any]]:
+        """The Serve config file this run deploys, and its contents: ``auto`` follows the cluster's instances, a
+        named one is checked against them (``HardwareProfileError`` naming the instance, what it has, what the
+        profile needs and what to set). Before anything is applied: ``render`` is the deploy's first step."""
+        from raylift.hardware_profile import check_profile, resolve_profile
+        from raylift.serve_config import load_config
+
+        target = self.target_impl
+        shapes = target.instance_shapes()
+        name, auto = resolve_profile(str(self.serve_config or ""), shapes)
+        name = Path(name).name
+        base = load_config(repo_root() / SERVE_APPS_DIR_NAME / "configs" / name)
+        where = target.describe_cluster()
+        if auto:
+            self.log.info("serve_config auto: %s for %s (%s)", name, where,
+                          ", ".join(s.describe() for s in shapes) or "its instances are unknown: the CPU profile")
+        for warning in check_profile(name, base, shapes, where=where):
+            self.log.warning("%s", warning)
+        return name, base
 
     def check_fit(self, app: dict[str, Any], current: dict[str, Any]) -> None:
         """Refuse, before anything is applied, an app whose config is invalid or cannot fit the cluster."""

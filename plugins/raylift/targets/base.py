@@ -15,6 +15,7 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
+    from raylift.hardware_profile import InstanceShape
     from raylift.hooks.raylift_cluster import ClusterConnection
     from raylift.lease import Lease
     from raylift.store import ObjectStore
@@ -86,6 +87,16 @@ class Target(ABC):
         if gaps:
             raise ClusterNotReadyError(f"The Ray cluster is missing {', '.join(gaps)}.")
         return state
+
+    def instance_shapes(self) -> tuple[InstanceShape, ...]:
+        """The instance types the cluster's Serve replicas run on, as EC2 describes them: what the ``serve_config``
+        Param's ``auto`` follows and what a named profile is checked against. Empty: unknown (the local and ``ray``
+        targets: ``auto`` keeps the CPU profile and nothing is checked)."""
+        return ()
+
+    def describe_cluster(self) -> str:
+        """The cluster, for messages."""
+        return f"the {self.name} target's cluster"
 
     def billed_nodes(self) -> dict[str, int]:
         """Instance type -> count of the nodes this target's Ray cluster runs now (what is billed per hour).

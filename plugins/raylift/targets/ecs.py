@@ -35,6 +35,7 @@ from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 from raylift.targets.serve_control import DashboardServeControl
 
 if TYPE_CHECKING:
+    from raylift.hardware_profile import InstanceShape
     from raylift.store import ObjectStore
     from raylift.targets.base import ClusterUndo
 
@@ -430,6 +431,26 @@ class EcsTarget(DashboardServeControl, AwsTarget):
                 "run's cost is unknown rather than too low."
             )
         return found.instance_types
+
+    def instance_shapes(self) -> tuple[InstanceShape, ...]:
+        """The EC2 instance types running the head and worker services' tasks (the head serves too), as EC2's
+        DescribeInstanceTypes describes them; empty (with a warning) when no task runs on an EC2 instance."""
+        from raylift.hooks.ec2_instance_types import Ec2InstanceTypesHook
+
+        found = self._ecs().service_instances(self.cluster, [self.head_service, self.worker_service])
+        types = sorted(found.instance_types)
+        if not types:
+            log.warning(
+                "no task of ECS services %s and %s in %r runs on an EC2 instance: their hardware is unknown, so the "
+                "serve_config 'auto' takes the CPU profile and a named one is not checked against it",
+                self.head_service, self.worker_service, self.cluster,
+            )
+            return ()
+        hook = Ec2InstanceTypesHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        return hook.shapes(types)
+
+    def describe_cluster(self) -> str:
+        return f"ECS cluster {self.cluster!r} (services {self.head_service}, {self.worker_service})"
 
     # -- serve -------------------------------------------------------------------------------------
     # -- Serve control (raylift.targets.serve_control): the head Cloud Map finds, the connection's token

@@ -23,6 +23,7 @@ from raylift.records import ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 
 if TYPE_CHECKING:
+    from raylift.hardware_profile import InstanceShape
     from raylift.hooks.eks_nodegroup import NodegroupScaling
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,22 @@ class EksTarget(AwsTarget):
                 f"Node group {self.worker_nodegroup!r} has no {accel}: pick GPU instances or another profile."
             )
         return math.ceil(amount / per_node), amount
+
+    def instance_shapes(self) -> tuple[InstanceShape, ...]:
+        """The worker node group's instance types (DescribeNodegroup's ``instanceTypes``), as EC2's
+        DescribeInstanceTypes describes them; empty when the node group names none (its launch template does)."""
+        from raylift.hooks.ec2_instance_types import Ec2InstanceTypesHook
+
+        scaling = self._eks().scaling(self.cluster_name, self.worker_nodegroup)
+        if not scaling.instance_types:
+            log.warning("node group %r names no instance type: the serve_config 'auto' takes the CPU profile",
+                        self.worker_nodegroup)
+            return ()
+        hook = Ec2InstanceTypesHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        return hook.shapes(scaling.instance_types)
+
+    def describe_cluster(self) -> str:
+        return f"EKS cluster {self.cluster_name!r} (node group {self.worker_nodegroup!r})"
 
     def _expectation(self, nodes: int, amount: float) -> ClusterExpectation:
         accel = self._accelerator()

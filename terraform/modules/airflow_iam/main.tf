@@ -140,7 +140,7 @@ data "aws_iam_policy_document" "airflow" {
     for_each = local.has_ecs ? [1] : []
     content {
       sid       = "InstanceTypesOfRayServices"
-      actions   = ["ec2:DescribeInstances"] # describe call: no resource-level permissions exist
+      actions   = ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"] # describe calls: no resource-level permissions exist
       resources = ["*"]
     }
   }
