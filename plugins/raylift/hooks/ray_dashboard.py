@@ -23,6 +23,16 @@ from airflow.sdk.bases.hook import BaseHook
 from raylift.errors import ClusterError, CredentialsError, DeployError
 from raylift.records import ClusterState
 
+# Ray Serve's HTTP_PROXY_TIMEOUT (ray.serve._private.constants; a test reads it there): the first PUT to a cluster
+# starts Serve and the dashboard answers only once every proxy is up, or 500 "HTTP proxies not available after
+# 60s." when one is not. The PUT's read timeout covers that wait and the controller's start besides.
+SERVE_PROXY_START_S = 60
+PUT_TIMEOUT_S = 2 * SERVE_PROXY_START_S
+# The 500 a PUT gets when Serve's proxies were slower than Ray's own bound. Serve's controller keeps starting them,
+# and the config is declarative, so the same PUT is sent again (tenacity), a bounded number of times.
+PROXIES_NOT_READY = "HTTP proxies not available"
+PUT_ATTEMPTS, PUT_RETRY_WAIT_S = 3, 5.0
+
 
 class RayAuthError(ClusterError, CredentialsError):
     """The dashboard refused raylift's request: token auth is on and the token is missing or wrong.
@@ -160,9 +170,16 @@ class RayDashboardHook(BaseHook):
         return config
 
     # -- sync ---------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, *, timeout_s: float | None = None, **kwargs: Any) -> httpx.Response:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
-            resp = httpx.request(method, f"{self.address}{path}", timeout=self.timeout_s, headers=self.headers, **kwargs)
+            resp = httpx.request(method, f"{self.address}{path}", timeout=timeout, headers=self.headers, **kwargs)
+        except httpx.ReadTimeout:
+            raise ClusterError(
+                f"The Ray dashboard at {self.address} took the connection but did not answer {method} {path} within "
+                f"{timeout:.0f} s: the head is overloaded or Serve is still starting. Retry the step, or look at the "
+                "head's dashboard and Serve controller logs."
+            ) from None
         except httpx.TransportError as exc:
             raise ClusterError(
                 f"Cannot reach the Ray dashboard at {self.address} ({type(exc).__name__}): "
@@ -215,8 +232,28 @@ class RayDashboardHook(BaseHook):
         return resp.json()
 
     def put_serve_config(self, config: dict[str, Any]) -> None:
-        """``PUT /api/serve/applications/``: replaces every application not listed in ``config``."""
-        resp = self._request("PUT", "/api/serve/applications/", json=config)
+        """``PUT /api/serve/applications/``: replaces every application not listed in ``config``.
+
+        Waits as long as Ray's dashboard may take to start Serve (``PUT_TIMEOUT_S``), and sends the same PUT again
+        when Ray answers that Serve's proxies were not up in its own bound (``PROXIES_NOT_READY``)."""
+        from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
+
+        def proxies_not_ready(resp: httpx.Response) -> bool:
+            return resp.status_code == 500 and PROXIES_NOT_READY in resp.text
+
+        def last_answer(state: RetryCallState) -> httpx.Response:  # the attempts ran out: Ray's last 500, named below
+            assert state.outcome is not None
+            answer: httpx.Response = state.outcome.result()
+            return answer
+
+        def say_again(state: RetryCallState) -> None:
+            self.log.warning("Ray Serve's proxies were not up in Ray's %d s (PUT %d of %d): sending the config again",
+                             SERVE_PROXY_START_S, state.attempt_number, PUT_ATTEMPTS)
+
+        retrying = Retrying(retry=retry_if_result(proxies_not_ready), stop=stop_after_attempt(PUT_ATTEMPTS),
+                            wait=wait_fixed(PUT_RETRY_WAIT_S), retry_error_callback=last_answer, before_sleep=say_again)
+        resp = retrying(self._request, "PUT", "/api/serve/applications/", json=config,
+                        timeout_s=max(self.timeout_s, PUT_TIMEOUT_S))
         if resp.status_code != 200:
             raise DeployError(
                 f"Ray Serve refused the config ({resp.status_code}): {resp.text[:1000]}"

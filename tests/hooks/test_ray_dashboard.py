@@ -1,0 +1,101 @@
+"""The Serve REST PUT waits as long as Ray's dashboard may take to start Serve, and sends the config again when
+Ray answers that Serve's proxies were not up in its own bound.
+
+Seen in make test on a loaded 2-core box: the first PUT to a fresh cluster ran past the hook's 30 s read timeout
+(reported as "Cannot reach the Ray dashboard"), and another got Ray's 500 "HTTP proxies not available after 60s."
+while the controller went on starting them. The dashboard here is an HTTP stand-in answering with Ray's own
+message; Ray's bound is read from Ray's own constants module.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, ClassVar
+
+import pytest
+
+from raylift.errors import ClusterError, DeployError
+from raylift.hooks.ray_dashboard import PUT_ATTEMPTS, SERVE_PROXY_START_S, RayDashboardHook
+from tests.fixtures.http_standin import JsonHandler, serve_http
+
+CONFIG = {"applications": [{"name": "hello", "import_path": "hello:app"}]}
+
+
+def test_the_bound_is_rays_own() -> None:
+    from ray.serve._private.constants import HTTP_PROXY_TIMEOUT
+
+    assert SERVE_PROXY_START_S == HTTP_PROXY_TIMEOUT
+
+
+class SlowStart(JsonHandler):
+    """A dashboard whose PUT answers after ``delay_s``, first ``not_ready`` times with Ray's 500."""
+
+    delay_s: ClassVar[float] = 0.0
+    not_ready: ClassVar[int] = 0
+    puts: ClassVar[list[dict[str, Any]]] = []
+
+    def do_PUT(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).puts.append(body)
+        time.sleep(self.delay_s)
+        if len(self.puts) <= self.not_ready:
+            text = (f"Traceback (most recent call last):\n  ...\nTimeoutError: HTTP proxies not available after "
+                    f"{SERVE_PROXY_START_S}s.").encode()
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
+        self._json({})
+
+
+def dashboard(delay_s: float = 0.0, not_ready: int = 0) -> type[SlowStart]:
+    return type("Dashboard", (SlowStart,), {"delay_s": delay_s, "not_ready": not_ready, "puts": []})
+
+
+def test_a_put_waits_past_the_hooks_read_timeout_while_serve_starts() -> None:
+    handler = dashboard(delay_s=2.0)
+    with serve_http(handler) as port:
+        RayDashboardHook(f"http://127.0.0.1:{port}", timeout_s=0.5).put_serve_config(CONFIG)
+    assert handler.puts == [CONFIG]
+
+
+def test_proxies_not_up_in_rays_bound_sends_the_same_config_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("raylift.hooks.ray_dashboard.PUT_RETRY_WAIT_S", 0.1)
+    handler = dashboard(not_ready=PUT_ATTEMPTS - 1)
+    with serve_http(handler) as port:
+        RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
+    assert handler.puts == [CONFIG] * PUT_ATTEMPTS
+    # still not up after the last attempt: Ray's own answer, named
+    handler = dashboard(not_ready=PUT_ATTEMPTS)
+    with serve_http(handler) as port, pytest.raises(DeployError, match=r"(?s)refused the config \(500\).*HTTP proxies"):
+        RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
+    assert len(handler.puts) == PUT_ATTEMPTS
+
+
+def test_any_other_refusal_is_not_sent_again() -> None:
+    class Invalid(JsonHandler):
+        puts: ClassVar[int] = 0
+
+        def do_PUT(self) -> None:  # noqa: N802
+            type(self).puts += 1
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(400)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"invalid")
+
+    with serve_http(Invalid) as port, pytest.raises(DeployError, match=r"\(400\): invalid"):
+        RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
+    assert Invalid.puts == 1
+
+
+def test_a_read_timeout_says_the_dashboard_did_not_answer_not_that_it_is_unreachable() -> None:
+    class Silent(JsonHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            time.sleep(2)
+            self._json({})
+
+    with serve_http(Silent) as port, pytest.raises(ClusterError, match=r"did not answer GET /api/v0/nodes within 1 s"):
+        RayDashboardHook(f"http://127.0.0.1:{port}", timeout_s=1).cluster_state()
