@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from raylift.errors import ClusterError, DeployError
-from raylift.hooks.ray_dashboard import PUT_ATTEMPTS, SERVE_PROXY_START_S, RayDashboardHook
+from raylift.hooks.ray_dashboard import SERVE_PROXY_START_S, START_ATTEMPTS, RayDashboardHook
 from tests.fixtures.http_standin import JsonHandler, serve_http
 
 CONFIG = {"applications": [{"name": "hello", "import_path": "hello:app"}]}
@@ -62,16 +62,16 @@ def test_a_put_waits_past_the_hooks_read_timeout_while_serve_starts() -> None:
 
 
 def test_proxies_not_up_in_rays_bound_sends_the_same_config_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("raylift.hooks.ray_dashboard.PUT_RETRY_WAIT_S", 0.1)
-    handler = dashboard(not_ready=PUT_ATTEMPTS - 1)
+    monkeypatch.setattr("raylift.hooks.ray_dashboard.START_RETRY_WAIT_S", 0.1)
+    handler = dashboard(not_ready=START_ATTEMPTS - 1)
     with serve_http(handler) as port:
         RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
-    assert handler.puts == [CONFIG] * PUT_ATTEMPTS
+    assert handler.puts == [CONFIG] * START_ATTEMPTS
     # still not up after the last attempt: Ray's own answer, named
-    handler = dashboard(not_ready=PUT_ATTEMPTS)
+    handler = dashboard(not_ready=START_ATTEMPTS)
     with serve_http(handler) as port, pytest.raises(DeployError, match=r"(?s)refused the config \(500\).*HTTP proxies"):
         RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
-    assert len(handler.puts) == PUT_ATTEMPTS
+    assert len(handler.puts) == START_ATTEMPTS
 
 
 def test_any_other_refusal_is_not_sent_again() -> None:
@@ -99,3 +99,27 @@ def test_a_read_timeout_says_the_dashboard_did_not_answer_not_that_it_is_unreach
 
     with serve_http(Silent) as port, pytest.raises(ClusterError, match=r"did not answer GET /api/v0/nodes within 1 s"):
         RayDashboardHook(f"http://127.0.0.1:{port}", timeout_s=1).cluster_state()
+
+
+def test_a_job_sent_before_the_heads_job_agent_is_up_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's own answer while a just-started head has no job agent (job_head.py): 500, "please try again later"."""
+    monkeypatch.setattr("raylift.hooks.ray_dashboard.START_RETRY_WAIT_S", 0.1)
+
+    class AgentLate(JsonHandler):
+        posts: ClassVar[int] = 0
+
+        def do_POST(self) -> None:  # noqa: N802
+            type(self).posts += 1
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if self.posts == 1:
+                text = b"No available agent to submit job, please try again later."
+                self.send_response(500)
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+                return
+            self._json({"submission_id": "raysubmit_1"})
+
+    with serve_http(AgentLate) as port:
+        assert RayDashboardHook(f"http://127.0.0.1:{port}").submit_job("python -V") == "raysubmit_1"
+    assert AgentLate.posts == 2

@@ -31,7 +31,10 @@ PUT_TIMEOUT_S = 2 * SERVE_PROXY_START_S
 # The 500 a PUT gets when Serve's proxies were slower than Ray's own bound. Serve's controller keeps starting them,
 # and the config is declarative, so the same PUT is sent again (tenacity), a bounded number of times.
 PROXIES_NOT_READY = "HTTP proxies not available"
-PUT_ATTEMPTS, PUT_RETRY_WAIT_S = 3, 5.0
+START_ATTEMPTS, START_RETRY_WAIT_S = 3, 5.0
+# The 500 a job submission gets while a just-started head has no job agent registered yet (Ray: "please try again
+# later"); the same request goes again, as for the proxies above.
+JOB_AGENT_NOT_READY = "No available agent to submit job"
 
 
 class RayAuthError(ClusterError, CredentialsError):
@@ -170,6 +173,29 @@ class RayDashboardHook(BaseHook):
         return config
 
     # -- sync ---------------------------------------------------------------------------------
+    def _request_while_starting(self, method: str, path: str, transient: str, why: str,
+                                **kwargs: Any) -> httpx.Response:
+        """``_request``, sent again (tenacity: ``START_ATTEMPTS``, ``START_RETRY_WAIT_S`` apart) while Ray answers 500
+        with ``transient``: a part of a starting cluster that Ray itself says is not up yet. Returns the last
+        answer: the caller names a refusal that outlasts the attempts."""
+        from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
+
+        def not_up_yet(resp: httpx.Response) -> bool:
+            return resp.status_code == 500 and transient in resp.text
+
+        def last_answer(state: RetryCallState) -> httpx.Response:
+            assert state.outcome is not None
+            answer: httpx.Response = state.outcome.result()
+            return answer
+
+        def say_again(state: RetryCallState) -> None:
+            self.log.warning("%s (%s %s, attempt %d of %d): sending it again", why, method, path,
+                             state.attempt_number, START_ATTEMPTS)
+
+        retrying = Retrying(retry=retry_if_result(not_up_yet), stop=stop_after_attempt(START_ATTEMPTS),
+                            wait=wait_fixed(START_RETRY_WAIT_S), retry_error_callback=last_answer, before_sleep=say_again)
+        return retrying(self._request, method, path, **kwargs)
+
     def _request(self, method: str, path: str, *, timeout_s: float | None = None, **kwargs: Any) -> httpx.Response:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
@@ -236,24 +262,10 @@ class RayDashboardHook(BaseHook):
 
         Waits as long as Ray's dashboard may take to start Serve (``PUT_TIMEOUT_S``), and sends the same PUT again
         when Ray answers that Serve's proxies were not up in its own bound (``PROXIES_NOT_READY``)."""
-        from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
-
-        def proxies_not_ready(resp: httpx.Response) -> bool:
-            return resp.status_code == 500 and PROXIES_NOT_READY in resp.text
-
-        def last_answer(state: RetryCallState) -> httpx.Response:  # the attempts ran out: Ray's last 500, named below
-            assert state.outcome is not None
-            answer: httpx.Response = state.outcome.result()
-            return answer
-
-        def say_again(state: RetryCallState) -> None:
-            self.log.warning("Ray Serve's proxies were not up in Ray's %d s (PUT %d of %d): sending the config again",
-                             SERVE_PROXY_START_S, state.attempt_number, PUT_ATTEMPTS)
-
-        retrying = Retrying(retry=retry_if_result(proxies_not_ready), stop=stop_after_attempt(PUT_ATTEMPTS),
-                            wait=wait_fixed(PUT_RETRY_WAIT_S), retry_error_callback=last_answer, before_sleep=say_again)
-        resp = retrying(self._request, "PUT", "/api/serve/applications/", json=config,
-                        timeout_s=max(self.timeout_s, PUT_TIMEOUT_S))
+        resp = self._request_while_starting(
+            "PUT", "/api/serve/applications/", PROXIES_NOT_READY,
+            f"Ray Serve's proxies were not up in Ray's {SERVE_PROXY_START_S} s", json=config,
+            timeout_s=max(self.timeout_s, PUT_TIMEOUT_S))
         if resp.status_code != 200:
             raise DeployError(
                 f"Ray Serve refused the config ({resp.status_code}): {resp.text[:1000]}"
@@ -294,7 +306,9 @@ class RayDashboardHook(BaseHook):
     # -- Ray Jobs (REST API: POST /api/jobs/, GET /api/jobs/<id>, GET /api/jobs/<id>/logs) -------
     def submit_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None) -> str:
         """Run ``entrypoint`` (a shell command) on the cluster's head node; returns the submission id."""
-        resp = self._request("POST", "/api/jobs/", json={"entrypoint": entrypoint, "runtime_env": runtime_env or {}})
+        resp = self._request_while_starting(
+            "POST", "/api/jobs/", JOB_AGENT_NOT_READY, "Ray's job agent is not up yet",
+            json={"entrypoint": entrypoint, "runtime_env": runtime_env or {}})
         if resp.status_code != 200:
             raise ClusterError(f"Ray dashboard {self.address} refused the job ({resp.status_code}): {resp.text[:500]}")
         return str(resp.json()["submission_id"])
