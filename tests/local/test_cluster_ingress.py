@@ -95,11 +95,11 @@ def test_each_clusters_replicas_serve_on_their_own_ports(tmp_path: Path, monkeyp
     for (_, last), (first, _) in zip(ranges, ranges[1:]):
         assert last < first, ranges
     assert all(first >= 20000 and last - first >= 9 for first, last in ranges), ranges  # room for a rollout
-    # nor the ports of the multi-worker tests' two Ray heads (base + 0..499), which run beside the heavy tests
-    from tests.multiworker.ray_clusters import BASES
+    # nor the ports of the multi-worker tests' two Ray heads, which run beside the heavy tests
+    from tests.multiworker.ray_clusters import BASES, head_ports
 
-    taken = [(base, base + 499) for base in BASES.values()]
-    clashes = [(r, t) for r in ranges for t in taken if r[0] <= t[1] and t[0] <= r[1]]
+    taken = set().union(*(head_ports(base) for base in BASES.values()))
+    clashes = sorted(p for first, last in ranges for p in range(first, last + 1) if p in taken)
     assert not clashes, clashes
     chosen = serve_constants(settings_for(tmp_path / "chosen", monkeypatch, RAYLIFT_DIRECT_INGRESS_PORT="45000"))
     assert chosen["http_ports"] == [45000, 45019] and chosen["grpc_ports"] == [55000, 55019]

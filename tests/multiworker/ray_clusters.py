@@ -23,6 +23,19 @@ BASES = {"dev": 30000, "prod": 31000}  # base + offsets below: nothing else here
 # the kernel's ephemeral range (32768-60999), where the vLLM workers of the heavy tests bind their own ports
 
 
+# `ray start` port flags -> offset from the cluster's base (workers: min..max)
+PORT_OFFSETS = {"port": 379, "dashboard-port": 265, "ray-client-server-port": 1, "node-manager-port": 370,
+                "object-manager-port": 371, "dashboard-agent-listen-port": 366, "dashboard-agent-grpc-port": 367,
+                "runtime-env-agent-port": 368, "metrics-export-port": 369, "min-worker-port": 400,
+                "max-worker-port": 499}
+
+
+def head_ports(base: int) -> set[int]:
+    """Every port a head started here binds: its named ports and its worker-port range."""
+    named = {base + offset for flag, offset in PORT_OFFSETS.items() if not flag.endswith("worker-port")}
+    return named | set(range(base + PORT_OFFSETS["min-worker-port"], base + PORT_OFFSETS["max-worker-port"] + 1))
+
+
 @dataclass
 class RayHead:
     name: str
@@ -54,11 +67,7 @@ def _start(name: str, base: int, home: Path) -> RayHead:
     env |= {"RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{RAY.parent}:{env.get('PATH', '')}"}
     home.mkdir(parents=True, exist_ok=True)
     log = home / "head.log"
-    ports = [f"--port={base + 379}", f"--dashboard-port={base + 265}", f"--ray-client-server-port={base + 1}",
-             f"--node-manager-port={base + 370}", f"--object-manager-port={base + 371}",
-             f"--dashboard-agent-listen-port={base + 366}", f"--dashboard-agent-grpc-port={base + 367}",
-             f"--runtime-env-agent-port={base + 368}", f"--metrics-export-port={base + 369}",
-             f"--min-worker-port={base + 400}", f"--max-worker-port={base + 499}"]
+    ports = [f"--{flag}={base + offset}" for flag, offset in PORT_OFFSETS.items()]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(RAY), "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
