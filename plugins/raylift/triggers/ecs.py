@@ -3,6 +3,7 @@ image rollout, until their deployments have settled (boto's ``services_stable``)
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger
@@ -17,7 +18,60 @@ from raylift.hooks.ecs_service import (
 from raylift.triggers.base import WaiterEvents
 
 
-class EcsServicesRunningTrigger(WaiterEvents, AwsBaseWaiterTrigger):
+class _EcsServicesWaiterTrigger(WaiterEvents, AwsBaseWaiterTrigger):
+    """One ECS services wait on a botocore waiter: the subclass names the waiter (``WAITER``), what its status log
+    line shows (``STATUS``, ``STATUS_QUERY``), its default pacing and its events."""
+
+    aws_hook_class = EcsServiceHook
+    WAITER: str
+    STATUS: str
+    STATUS_QUERY: str
+    DEFAULT_DELAY_S: float
+    DEFAULT_MAX_ATTEMPTS: int
+
+    def __init__(
+        self,
+        cluster: str,
+        services: list[str],
+        *,
+        waiter_delay: float | None = None,
+        waiter_max_attempts: int | None = None,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        verify: bool | str | None = None,
+        botocore_config: dict[str, Any] | None = None,
+    ) -> None:
+        services = sorted(services)
+        super().__init__(
+            serialized_fields={"cluster": cluster, "services": services},
+            waiter_name=self.WAITER,
+            waiter_args={"cluster": cluster, "services": services},
+            failure_message=f"ECS services {services} in {cluster!r} failed",
+            status_message=f"{self.STATUS} in {cluster!r}",
+            status_queries=[self.STATUS_QUERY],
+            return_key="cluster",
+            return_value=cluster,
+            # the provider sleeps any number
+            waiter_delay=self.DEFAULT_DELAY_S if waiter_delay is None else waiter_delay,  # type: ignore[arg-type]
+            waiter_max_attempts=self.DEFAULT_MAX_ATTEMPTS if waiter_max_attempts is None else waiter_max_attempts,
+            aws_conn_id=aws_conn_id,
+            region_name=region_name,
+            verify=verify,
+            botocore_config=botocore_config,
+        )
+        self.cluster = cluster
+        self.services = services
+
+    @abstractmethod
+    def success_event(self, reply: dict[str, Any], region: str | None) -> dict[str, Any]:
+        """The ``success`` event: what each service runs."""
+
+    @abstractmethod
+    def unsuccessful_message(self, reply: dict[str, Any], region: str | None, *, timed_out: bool) -> str:
+        """The ``failed`` / ``timeout`` event's message, naming the services."""
+
+
+class EcsServicesRunningTrigger(_EcsServicesWaiterTrigger):
     """Waits on the ``services_at_desired_count`` waiter (``raylift/waiters/ecs.json``): every service runs
     its desired count, none pending. The scale step set the desired counts; whether Ray sees the nodes is
     asked afterwards (``RayClusterReadySensor``), so an autoscaler that has not yet raised a desired count
@@ -36,39 +90,9 @@ class EcsServicesRunningTrigger(WaiterEvents, AwsBaseWaiterTrigger):
     :param botocore_config: botocore client config, as for the hook.
     """
 
-    aws_hook_class = EcsServiceHook
-
-    def __init__(
-        self,
-        cluster: str,
-        services: list[str],
-        *,
-        waiter_delay: float = 10,
-        waiter_max_attempts: int = 90,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict[str, Any] | None = None,
-    ) -> None:
-        services = sorted(services)
-        super().__init__(
-            serialized_fields={"cluster": cluster, "services": services},
-            waiter_name=SERVICES_WAITER,
-            waiter_args={"cluster": cluster, "services": services},
-            failure_message=f"ECS services {services} in {cluster!r} failed",
-            status_message=f"ECS services in {cluster!r}",
-            status_queries=["services[].[serviceName, runningCount, desiredCount, pendingCount]"],
-            return_key="cluster",
-            return_value=cluster,
-            waiter_delay=waiter_delay,  # type: ignore[arg-type]  # the provider sleeps any number
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-        )
-        self.cluster = cluster
-        self.services = services
+    WAITER, STATUS = SERVICES_WAITER, "ECS services"
+    STATUS_QUERY = "services[].[serviceName, runningCount, desiredCount, pendingCount]"
+    DEFAULT_DELAY_S, DEFAULT_MAX_ATTEMPTS = 10, 90
 
     def success_event(self, reply: dict[str, Any], region: str | None) -> dict[str, Any]:
         shown = {
@@ -81,7 +105,7 @@ class EcsServicesRunningTrigger(WaiterEvents, AwsBaseWaiterTrigger):
         return services_wait_message(reply, self.cluster, waited_s=self.timeout_s if timed_out else None)
 
 
-class EcsServicesStableTrigger(WaiterEvents, AwsBaseWaiterTrigger):
+class EcsServicesStableTrigger(_EcsServicesWaiterTrigger):
     """Waits on boto's own ``services_stable`` waiter (through the provider's ``get_waiter``, which falls back to
     the client's waiters): each service has one deployment left and runs its desired count. After an image
     rollout the old deployment lingers until its tasks are replaced, so this is the condition "every task runs
@@ -100,39 +124,9 @@ class EcsServicesStableTrigger(WaiterEvents, AwsBaseWaiterTrigger):
     :param botocore_config: botocore client config, as for the hook.
     """
 
-    aws_hook_class = EcsServiceHook
-
-    def __init__(
-        self,
-        cluster: str,
-        services: list[str],
-        *,
-        waiter_delay: float = 15,
-        waiter_max_attempts: int = 60,
-        aws_conn_id: str | None = "aws_default",
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        botocore_config: dict[str, Any] | None = None,
-    ) -> None:
-        services = sorted(services)
-        super().__init__(
-            serialized_fields={"cluster": cluster, "services": services},
-            waiter_name=STABLE_WAITER,
-            waiter_args={"cluster": cluster, "services": services},
-            failure_message=f"ECS services {services} in {cluster!r} failed",
-            status_message=f"ECS deployments in {cluster!r}",
-            status_queries=["services[].[serviceName, length(deployments), runningCount, desiredCount]"],
-            return_key="cluster",
-            return_value=cluster,
-            waiter_delay=waiter_delay,  # type: ignore[arg-type]  # the provider sleeps any number
-            waiter_max_attempts=waiter_max_attempts,
-            aws_conn_id=aws_conn_id,
-            region_name=region_name,
-            verify=verify,
-            botocore_config=botocore_config,
-        )
-        self.cluster = cluster
-        self.services = services
+    WAITER, STATUS = STABLE_WAITER, "ECS deployments"
+    STATUS_QUERY = "services[].[serviceName, length(deployments), runningCount, desiredCount]"
+    DEFAULT_DELAY_S, DEFAULT_MAX_ATTEMPTS = 15, 60
 
     def success_event(self, reply: dict[str, Any], region: str | None) -> dict[str, Any]:
         shown = {
