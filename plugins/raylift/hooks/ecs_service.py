@@ -74,6 +74,16 @@ def lagging_services(reply: dict[str, Any]) -> str:
     )
 
 
+def _describe_refused(reply: dict[str, Any], cluster: str) -> str | None:
+    """Why ``DescribeServices`` itself failed or named missing services (both ECS waits end on it), or None."""
+    if "Error" in reply:
+        error = reply["Error"]
+        return f"DescribeServices on {cluster!r} failed: {error.get('Code', '?')}: {error.get('Message', '')}"
+    if reply.get("failures"):
+        return f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options."
+    return None
+
+
 def services_wait_message(reply: dict[str, Any], cluster: str, *, waited_s: float | None = None) -> str:
     """Why a wait on services of ``cluster`` ended without success, read from the last ``DescribeServices`` reply.
 
@@ -86,11 +96,9 @@ def services_wait_message(reply: dict[str, Any], cluster: str, *, waited_s: floa
             f"{lagging_services(reply) or 'no DescribeServices reply to show'}. "
             "Check capacity providers/instances and the service events."
         )
-    if "Error" in reply:
-        error = reply["Error"]
-        return f"DescribeServices on {cluster!r} failed: {error.get('Code', '?')}: {error.get('Message', '')}"
-    if reply.get("failures"):
-        return f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options."
+    refused = _describe_refused(reply, cluster)
+    if refused:
+        return refused
     inactive = sorted(s["serviceName"] for s in reply.get("services") or [] if s.get("status") == "INACTIVE")
     return f"ECS service(s) {inactive} in {cluster!r} are INACTIVE (deleted): check the target options."
 
@@ -117,11 +125,9 @@ def stable_wait_message(reply: dict[str, Any], cluster: str, *, waited_s: float 
             f"{unstable_services(reply) or 'no DescribeServices reply to show'}. Check the services' events and "
             "the new tasks' stopped reasons (image pull, capacity)."
         )
-    if "Error" in reply:
-        error = reply["Error"]
-        return f"DescribeServices on {cluster!r} failed: {error.get('Code', '?')}: {error.get('Message', '')}"
-    if reply.get("failures"):
-        return f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options."
+    refused = _describe_refused(reply, cluster)
+    if refused:
+        return refused
     gone = sorted(
         f"{s['serviceName']} ({s.get('status')})" for s in reply.get("services") or []
         if s.get("status") in ("DRAINING", "INACTIVE")
