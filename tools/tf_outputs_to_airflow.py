@@ -13,7 +13,7 @@ What it prints:
   * ``airflow variables set --json raylift_target_options '<json>'``: the ``target_options``
     object the raylift_deploy DAG takes for this stack, in raylift's option names (``region_name``,
     ``bucket`` + ``model_prefix``, ``ecr_repository``, ``cloud_map_namespace``, ``cluster_name``,
-    ``worker_nodegroup``...): the targets refuse the stack's own names.
+    ``worker_nodegroup``, ``endpoint``...): the targets refuse the stack's own names.
 
 Outputs marked sensitive, or whose name looks like a credential, are never printed.
 """
@@ -53,6 +53,8 @@ TARGET_OPTIONS: dict[str, dict[str, str]] = {
         "eks_cluster": "cluster_name",
         "eks_namespace": "namespace",
         "eks_service_account": "service_account",
+        # the internal load balancer in front of Serve: the default (cluster DNS) resolves only inside the cluster
+        "eks_serve_endpoint": "endpoint",
     },
 }
 

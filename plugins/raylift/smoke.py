@@ -6,15 +6,20 @@
   clients use ``/v1/chat/completions``).
 * ``translator``: the ECS seed's client contract: ``POST`` a JSON string, get non-empty text back.
 
-Each raises SmokeTestError naming the failing check, and sends at most three requests.
+Each raises SmokeTestError naming the failing check, and sends at most three requests. Before any request the
+endpoint's host must resolve from this worker: a Kubernetes Service name (``*.svc.cluster.local``, the eks target's
+default endpoint) resolves only inside its cluster, so an Airflow outside it (MWAA, ECS) fails at once, told what
+to set, instead of after a connect timeout.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -156,6 +161,41 @@ SMOKE_CHECKS: dict[str, Callable[[httpx.Client, str, str, int], dict[str, Any]]]
 }
 
 
+# Kubernetes' cluster DNS zone (kubelet's default --cluster-domain): Service names under it resolve only inside
+# the cluster. "<svc>.<ns>.svc" is the same name without the domain.
+CLUSTER_DNS_SUFFIXES = (".svc.cluster.local", ".cluster.local", ".svc")
+
+
+def cluster_internal(host: str) -> bool:
+    """True when ``host`` is a Kubernetes cluster DNS name (resolvable only inside its cluster)."""
+    return host.lower().rstrip(".").endswith(CLUSTER_DNS_SUFFIXES)
+
+
+def check_resolvable(base_url: str) -> None:
+    """SmokeTestError at once when ``base_url``'s host does not resolve from this worker, naming the host and, for a
+    cluster-internal name, what to set instead. A host that resolves (an Airflow inside the cluster) passes."""
+    parts = urlsplit(base_url)
+    host = parts.hostname
+    if not host:
+        raise SmokeTestError(f"The endpoint {base_url!r} has no host: give an http(s)://host:port URL.")
+    try:
+        socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        if cluster_internal(host):
+            raise SmokeTestError(
+                f"Cannot resolve {host!r} from this Airflow worker ({exc}): it is a cluster-internal Kubernetes "
+                "Service name, which resolves only inside the EKS cluster, so an Airflow outside it (MWAA, ECS) "
+                "cannot reach the endpoint. Set the eks target option 'endpoint' (the extra 'endpoint' of the "
+                "cluster's raylift_cluster connection) to an address the workers reach: the terraform stack's "
+                "output eks_serve_endpoint (an internal load balancer in front of Serve; "
+                "tools/tf_outputs_to_airflow.py puts it in raylift_target_options)."
+            ) from None
+        raise SmokeTestError(
+            f"Cannot resolve {host!r} from this Airflow worker ({exc}): check the endpoint {base_url!r} "
+            "(the target option 'endpoint' / 'serve_url') and this worker's DNS."
+        ) from None
+
+
 def run_smoke(
     base_url: str, served_name: str, *, kind: str = "llm", timeout_s: float = 60.0, max_tokens: int = 8
 ) -> dict[str, Any]:
@@ -163,6 +203,7 @@ def run_smoke(
     if kind not in SMOKE_CHECKS:
         raise SmokeTestError(f"No smoke test for app kind {kind!r} (known: {', '.join(SMOKE_CHECKS)}).")
     base = base_url.rstrip("/")
+    check_resolvable(base)
     try:
         with httpx.Client(timeout=timeout_s) as client:
             return {

@@ -56,6 +56,7 @@ SAMPLE_VALUES = {
         "airflow_role_arn": None,
         "dashboard_name": "raylift-eks",
         "ray_auth_secret": "ray-auth-token",
+        "eks_serve_endpoint": "http://raylift-eks-serve-0123456789abcdef.elb.us-east-2.amazonaws.com:8000",
     },
 }
 

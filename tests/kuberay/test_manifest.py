@@ -33,7 +33,8 @@ def test_crd_is_read_from_shared_reference_not_the_project() -> None:
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("strategy", m.UPGRADE_STRATEGIES)
 def test_every_profile_and_strategy_validates_against_the_crd(profile: str, strategy: str) -> None:
-    manifest = render(profile, upgrade_strategy=strategy)
+    gateway = {"gateway_class": "aws-alb"} if strategy == "NewClusterWithIncrementalUpgrade" else {}
+    manifest = render(profile, upgrade_strategy=strategy, **gateway)
     validate(manifest)
     assert manifest["apiVersion"] == "ray.io/v1" and manifest["kind"] == "RayService"
     assert manifest["spec"]["upgradeStrategy"]["type"] == strategy

@@ -24,13 +24,19 @@ FIELD_MANAGER = "raylift"
 
 UPGRADE_STRATEGIES = ("NewCluster", "NewClusterWithIncrementalUpgrade", "None")
 # NewClusterWithIncrementalUpgrade shifts traffic through a Gateway in steps; the new cluster grows
-# by at most maxSurgePercent of the old one at a time (KubeRay's RayServiceIncrementalUpgrade gate).
+# by at most maxSurgePercent of the old one at a time (KubeRay's RayServiceIncrementalUpgrade gate). KubeRay builds
+# that Gateway and its HTTPRoute from a GatewayClass the cluster must have: ``gateway_class`` names it (no default).
 INCREMENTAL_UPGRADE_OPTIONS: dict[str, Any] = {
-    "gatewayClassName": "istio",
     "stepSizePercent": 25,
     "intervalSeconds": 60,
     "maxSurgePercent": 50,
 }
+INCREMENTAL_NEEDS_GATEWAY = (
+    "upgrade_strategy 'NewClusterWithIncrementalUpgrade' needs gateway_class: the Gateway API GatewayClass KubeRay "
+    "builds the Gateway and HTTPRoute from that split traffic between the old and new Ray clusters (and KubeRay's "
+    "RayServiceIncrementalUpgrade feature gate on). Name a GatewayClass of a controller installed in the cluster, "
+    "or use upgrade_strategy 'NewCluster' (two clusters' capacity) or 'None'."
+)
 HF_TOKEN_SECRET_KEY = "token"
 MAX_NAME_LENGTH = 47  # KubeRay: 63 minus "-serve-svc" minus the 6-char cluster suffix
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -63,6 +69,7 @@ def render_rayservice(
     model_volume_claim: str | None = None,
     service_account: str | None = None,
     ray_auth_secret: str | None = None,
+    gateway_class: str | None = None,
 ) -> dict[str, Any]:
     """A RayService manifest (plain dict, ready for server-side apply).
 
@@ -80,6 +87,8 @@ def render_rayservice(
     :param ray_auth_secret: a Kubernetes Secret (key ``auth_token``, terraform's ``ray-auth-token``): the cluster
         runs Ray's token auth (``authOptions.mode: token``, KubeRay >= 1.5.1 sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on
         every Ray container and sends the token itself), so its dashboard and GCS refuse callers without it.
+    :param gateway_class: the Gateway API GatewayClass KubeRay builds its Gateway and HTTPRoute from under
+        ``NewClusterWithIncrementalUpgrade`` (``clusterUpgradeOptions.gatewayClassName``); required by that strategy.
     """
     node_profile = get_profile(profile)
     _check_name(name)
@@ -97,7 +106,9 @@ def render_rayservice(
 
     upgrade: dict[str, Any] = {"type": upgrade_strategy}
     if upgrade_strategy == "NewClusterWithIncrementalUpgrade":
-        upgrade["clusterUpgradeOptions"] = dict(INCREMENTAL_UPGRADE_OPTIONS)
+        if not gateway_class:
+            raise InvalidRayServiceError(INCREMENTAL_NEEDS_GATEWAY)
+        upgrade["clusterUpgradeOptions"] = {"gatewayClassName": gateway_class, **INCREMENTAL_UPGRADE_OPTIONS}
 
     worker_groups = []
     for group in node_profile.workers:

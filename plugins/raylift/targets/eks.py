@@ -16,7 +16,7 @@ import math
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
@@ -68,6 +68,7 @@ class EksOptions(AwsOptions):
     rayservice_name: Name = "raylift"
     profile: str = "gpu-vllm"
     upgrade_strategy: str = "NewCluster"
+    gateway_class: Name | None = None  # NewClusterWithIncrementalUpgrade: the GatewayClass KubeRay's Gateway uses
     accelerators_per_node: Annotated[int, Field(ge=1)] | None = None
     image: Name | None = None
     hf_home: Name | None = None
@@ -97,11 +98,20 @@ class EksOptions(AwsOptions):
             raise ValueError(f"target option 'upgrade_strategy' got {value!r}: use one of {list(UPGRADE_STRATEGIES)}.")
         return value
 
+    @model_validator(mode="after")
+    def _incremental_needs_a_gateway(self) -> EksOptions:
+        from raylift.kuberay.manifest import INCREMENTAL_NEEDS_GATEWAY
+
+        if self.upgrade_strategy == "NewClusterWithIncrementalUpgrade" and not self.gateway_class:
+            raise ValueError(f"target option {INCREMENTAL_NEEDS_GATEWAY}")
+        return self
+
 
 class EksTarget(AwsTarget):
     """Options (all JSON, validated by ``EksOptions``): ``cluster_name``, ``worker_nodegroup``,
     ``head_nodegroup``, ``kubernetes_conn_id`` (None: a kubeconfig is minted from the AWS connection),
-    ``namespace``, ``rayservice_name``, ``profile``, ``upgrade_strategy``, ``accelerators_per_node``, ``image``,
+    ``namespace``, ``rayservice_name``, ``profile``, ``upgrade_strategy``, ``gateway_class`` (the GatewayClass
+    ``NewClusterWithIncrementalUpgrade`` needs), ``accelerators_per_node``, ``image``,
     ``hf_home``, ``model_volume_claim``, ``hf_token_secret``, ``service_account``, ``ray_auth_secret``
     (Kubernetes Secret with the cluster's Ray auth token: the RayService runs token auth), ``endpoint``,
     ``workers`` (fallback when no scale was recorded), plus the shared AWS options (``bucket``,
@@ -119,6 +129,7 @@ class EksTarget(AwsTarget):
         self.kubernetes_conn_id, self.namespace = opts.kubernetes_conn_id, opts.namespace
         self.rayservice_name = opts.rayservice_name
         self.profile, self.upgrade_strategy = opts.profile, opts.upgrade_strategy
+        self.gateway_class = opts.gateway_class
         self.accelerators_per_node, self.image = opts.accelerators_per_node, opts.image
         self.hf_home, self.model_volume_claim = opts.hf_home, opts.model_volume_claim
         self.hf_token_secret = opts.hf_token_secret
@@ -245,7 +256,10 @@ class EksTarget(AwsTarget):
         fits = self._workers_that_fit(now.max_size, strategy, workers)
         what = f"{amount:g} {self._accelerator()}" if self._accelerator() else f"{nodes} worker nodes"
         upgrade = strategy != "None"
-        others = " or ".join(repr(other) for other in ("None", "NewClusterWithIncrementalUpgrade") if other != strategy)
+        others = " or ".join(
+            repr(other) + (" (with a gateway_class)" if other == "NewClusterWithIncrementalUpgrade" else "")
+            for other in ("None", "NewClusterWithIncrementalUpgrade") if other != strategy
+        )
         raise ClusterError(
             f"{'A ' + strategy + ' upgrade' if upgrade else 'This deploy'} of {workers} worker(s) needs {what} "
             f"= {nodes} node(s) of node group {self.worker_nodegroup!r}, which allows at most {now.max_size} "
@@ -346,6 +360,7 @@ class EksTarget(AwsTarget):
             model_volume_claim=self.model_volume_claim,
             service_account=self.service_account,
             ray_auth_secret=self.ray_auth_secret,
+            gateway_class=self.gateway_class,
         )
         return manifest
 

@@ -64,3 +64,8 @@ output "ray_auth_secret" {
   description = "Kubernetes Secret with the Ray auth token: pass it as the eks target option ray_auth_secret."
   value       = module.ray.ray_auth_secret
 }
+
+output "eks_serve_endpoint" {
+  description = "Serve's endpoint on the internal load balancer: tools/tf_outputs_to_airflow.py makes it the eks target option endpoint."
+  value       = module.ray.serve_endpoint
+}

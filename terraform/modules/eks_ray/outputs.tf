@@ -42,3 +42,8 @@ output "ray_auth_secret" {
   description = "Kubernetes Secret with the Ray auth token (eks target option ray_auth_secret)."
   value       = kubernetes_secret_v1.ray_auth.metadata[0].name
 }
+
+output "serve_endpoint" {
+  description = "Serve's OpenAI endpoint on the internal load balancer (eks target option endpoint): reachable from the VPC, unlike cluster DNS."
+  value       = "http://${aws_lb.serve.dns_name}:${local.serve_port}"
+}

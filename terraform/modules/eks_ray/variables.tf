@@ -110,6 +110,18 @@ variable "ray_auth_secret_name" {
   default     = "ray-auth-token"
 }
 
+variable "ray_service_name" {
+  description = "Name of the RayService raylift applies (eks target option rayservice_name): the load balancer serves KubeRay's <name>-serve-svc."
+  type        = string
+  default     = "raylift"
+}
+
+variable "serve_client_cidrs" {
+  description = "CIDRs allowed to Serve through the internal load balancer (where the Airflow workers and clients run); empty: the VPC's CIDR."
+  type        = list(string)
+  default     = []
+}
+
 variable "model_bucket_arn" {
   description = "Model bucket the Ray pods read staged models from."
   type        = string
@@ -136,6 +148,12 @@ variable "kuberay_operator_version" {
   description = "Chart version of the KubeRay operator (ray-project/kuberay-helm)."
   type        = string
   default     = "1.5.1" # authOptions (Ray token auth) needs >= 1.5.1
+}
+
+variable "aws_load_balancer_controller_version" {
+  description = "Chart version of the AWS Load Balancer Controller (aws/eks-charts): binds Serve to the internal load balancer."
+  type        = string
+  default     = "1.13.0"
 }
 
 variable "karpenter_version" {
