@@ -101,7 +101,8 @@ def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: 
     levels = [lv["concurrency"] for lv in result["levels"]]
     by = {lv["concurrency"]: lv["output_tokens_per_s"] for lv in result["levels"]}
     assert levels == sweep["levels"] and levels[:3] == [1, 2, 4] and len(levels) <= 4, (levels, by)
-    assert by[2] > 1.6 * by[1]  # the stub's 2 streams, as measured
+    # the stub's 2 streams, as measured: one stream would read ~1.0; a CI run beside the heavy lane read 1.59
+    assert by[2] > 1.4 * by[1], by
     # it stops on its own past the saturation; the knee is at it, or one doubling later when a busy moment of
     # the machine (the suite's heavy part beside it) made the level at 2 read low (seen: 4, +4.9 % at 8)
     knee = sweep["knee_concurrency"]
