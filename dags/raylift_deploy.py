@@ -1,7 +1,7 @@
 """raylift_deploy: model source -> benchmarked OpenAI-compatible endpoint on Ray Serve + vLLM.
 
-build artifact -> stage model -> acquire the cluster's lease -> scale cluster -> wait ready -> deploy (a changed app
-as a canary beside the serving one) -> smoke test -> benchmark (the canary and the serving app in the same
+check hardware profile -> build artifact -> stage model -> acquire the cluster's lease -> scale cluster -> wait ready
+-> deploy (a changed app as a canary beside the serving one) -> smoke test -> benchmark (the canary and the serving app in the same
 rounds) -> gate (raylift.release decides) -> [approve_release, when held] -> promote, or rollback -> run record
 -> release the lease.
 All logic lives in the raylift package; the cluster_conn_id Param (or target) picks the cluster. Runs of different
@@ -23,6 +23,7 @@ from raylift.operators.deploy import ServeDeployOperator
 from raylift.operators.gate import ReleaseGateOperator
 from raylift.operators.guard import RollbackUnprovenOperator
 from raylift.operators.lease import AcquireClusterLeaseSensor, ReleaseClusterLeaseOperator
+from raylift.operators.profile import HardwareProfileOperator
 from raylift.operators.promote import PromoteReleaseOperator
 from raylift.operators.record import FailRunIfAnyFailedOperator, RunRecordOperator
 from raylift.operators.smoke import SmokeTestOperator
@@ -49,6 +50,9 @@ with DAG(
     tags=["raylift"],
     doc_md=__doc__,
 ) as dag:
+    # first: a profile the cluster's instances cannot run is refused before an image build or a node starts
+    profile = HardwareProfileOperator(task_id="check_hardware_profile", serve_config="{{ params.serve_config }}",
+                                      **TARGET)
     build = BuildArtifactOperator(task_id="build_artifact", **TARGET)
     stage = StageModelOperator(
         task_id="stage_model",
@@ -140,12 +144,12 @@ with DAG(
     # upstream_failed): removes the canary, restores the app if this run's config is still serving
     rollback = RollbackUnprovenOperator(task_id="rollback", app_name="{{ params.app_name }}", **RELEASE)
     release = ReleaseClusterLeaseOperator(task_id="release_cluster_lease", **TARGET)
-    chain(build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate)
+    chain(profile, build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate)
     gate >> [approve, promote]  # the gate follows one: promote, or approve_release (held)
     approve >> promote
     [deploy, smoke, benchmark, promote] >> rollback
     [promote, rollback] >> record
     [record, rollback] >> release  # all_done: whatever happened
-    every_step = [build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate, approve, promote, record,
-                  rollback, release]
+    every_step = [profile, build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate, approve, promote,
+                  record, rollback, release]
     every_step >> FailRunIfAnyFailedOperator(task_id="fail_run_if_any_failed")

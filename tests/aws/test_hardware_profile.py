@@ -160,3 +160,57 @@ def test_ecs_follows_the_instances_running_its_services(infra: Proxy) -> None:
                        r"g5.12xlarge \(x86_64, 48 vCPUs, 4 NVIDIA A10G GPU\(s\)\): a replica needs 8 NeuronCores"):
         deploy_op("ecs", options, "llm-neuron.yaml").hardware_profile()
     assert json.dumps(deploy_op("ecs", options, "llm-gpu-pp3-tp4.yaml").hardware_profile()[1])
+
+
+# -- the run's first step: refused before the image build, the staging, the lease and the scale ----------------
+DAG_WIRING = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder=sys.argv[1]).dags["raylift_deploy"]
+task = dag.get_task("check_hardware_profile")
+print(json.dumps({"upstream": sorted(task.get_flat_relative_ids(upstream=True)),
+                  "downstream": sorted(task.get_flat_relative_ids(upstream=False)),
+                  "rules": {t.task_id: t.trigger_rule.value for t in dag.tasks}}))
+"""
+
+
+def test_the_profile_is_checked_first_and_everything_that_applies_waits_for_it(tmp_path: Path) -> None:
+    """Airflow's own DagBag parse of raylift_deploy: the check has nothing upstream, and the build, the staging, the
+    lease, the scale and the deploy are downstream of it with all_success, so a refusal stops them (seen failing
+    with the check wired after scale_cluster)."""
+    import os
+    import subprocess
+    import sys
+
+    repo = CONFIGS.parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "plugins"), str(repo)]),
+           "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", DAG_WIRING, str(repo / "dags")], env=env, capture_output=True,
+                         text=True, timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    wiring = json.loads(out.stdout.strip().splitlines()[-1])
+    assert wiring["upstream"] == []
+    applying = ["build_artifact", "stage_model", "acquire_cluster_lease", "scale_cluster", "deploy"]
+    assert set(applying) <= set(wiring["downstream"]), wiring["downstream"]
+    assert {wiring["rules"][t] for t in applying} == {"all_success"}, wiring["rules"]
+
+
+def test_the_check_step_refuses_what_the_node_group_cannot_run_and_applies_nothing(
+    infra: Proxy, kube_api: KubeApiStandIn  # noqa: F811
+) -> None:
+    from raylift.operators.profile import HardwareProfileOperator
+
+    options = {"cluster_name": "ray", "worker_nodegroup": "small-gpu", "kubernetes_conn_id": "kubernetes_default",
+               "namespace": "raylift", "rayservice_name": "llm", "bucket": BUCKET, "image": "img:1"}  # fmt: skip
+    infra.bodies.clear()
+    check = HardwareProfileOperator(task_id="check_hardware_profile", target="eks", target_options=options,
+                                    serve_config="llm-gpu-tp4.yaml")  # fmt: skip
+    with pytest.raises(HardwareProfileError, match=r"needs 4 NVIDIA GPU\(s\) on one instance, it has 1"):
+        check.execute({"run_id": "manual__1", "ti": None})
+    sent = [path for path, _ in infra.bodies]
+    assert sent and all("update-config" not in p for p in sent) and not any("PutObject" in p for p in sent), sent
+    assert kube_api.stored("raylift", "llm") is None
+    auto = HardwareProfileOperator(task_id="check_hardware_profile", target="eks",
+                                   target_options={**options, "worker_nodegroup": "gpu"})  # fmt: skip
+    assert auto.execute({"run_id": "manual__1", "ti": None}) == {
+        "serve_config": "llm-gpu.yaml", "cluster": "EKS cluster 'ray' (node group 'gpu')", "instances": ["g5.12xlarge"]}

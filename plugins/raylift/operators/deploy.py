@@ -15,15 +15,12 @@ whether they are vLLM's. The result tells the smoke test which checks to run and
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from raylift.config import (
     DEFAULT_APP_NAME,
     DEPLOY_TIMEOUT_S,
     ROLLOUT_SURGE_REPLICAS,
-    SERVE_APPS_DIR_NAME,
-    repo_root,
 )
 from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
@@ -139,21 +136,11 @@ class ServeDeployOperator(TargetOperator):
     def hardware_profile(self) -> tuple[str, dict[str, Any]]:
         """The Serve config file this run deploys, and its contents: ``auto`` follows the cluster's instances, a
         named one is checked against them (``HardwareProfileError`` naming the instance, what it has, what the
-        profile needs and what to set). Before anything is applied: ``render`` is the deploy's first step."""
-        from raylift.hardware_profile import check_profile, resolve_profile
-        from raylift.serve_config import load_config
+        profile needs and what to set). Before anything is applied: ``render`` is the deploy's first step (the run's
+        ``check_hardware_profile`` step asked the same before the build and the scale)."""
+        from raylift.operators.profile import choose_profile
 
-        target = self.target_impl
-        shapes = target.instance_shapes()
-        name, auto = resolve_profile(str(self.serve_config or ""), shapes)
-        name = Path(name).name
-        base = load_config(repo_root() / SERVE_APPS_DIR_NAME / "configs" / name)
-        where = target.describe_cluster()
-        if auto:
-            self.log.info("serve_config auto: %s for %s (%s)", name, where,
-                          ", ".join(s.describe() for s in shapes) or "its instances are unknown: the CPU profile")
-        for warning in check_profile(name, base, shapes, where=where):
-            self.log.warning("%s", warning)
+        name, base, _ = choose_profile(self.target_impl, str(self.serve_config or ""), self.log)
         return name, base
 
     def check_fit(self, app: dict[str, Any], current: dict[str, Any]) -> None:
