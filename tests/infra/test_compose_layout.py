@@ -5,9 +5,8 @@ The oracle is the project's own files: ``images/airflow/Dockerfile`` (its WORKDI
 (the scheduler's environment and mounts) and the README's Compose trigger (its ``--conf``). The test replays the
 COPY steps into a folder, installs raylift from there as the image does, non-editable (a wheel), into a fresh
 venv, maps every container path of the environment and mounts onto folders, and runs the ``build_artifact``
-step's operator with the trigger's target in that layout. Only raylift is installed (``--no-deps``): its
-dependencies are the control env's, the same lock the image is constrained by, seen through a ``.pth`` (a venv
-made by a venv's Python cannot see that venv's packages with ``--system-site-packages``).
+step's operator with the trigger's target in that layout (the helpers: ``tests/fixtures/compose_layout.py``;
+``tests/integration/test_compose_stack.py`` runs the whole trigger through the DAG in the same layout).
 
 The volume test replays each image's ``install -d`` steps: whichever image fills the empty named volume first,
 the Airflow services can write ``RAYLIFT_HOME`` and the Ray containers the README's model folder.
@@ -16,13 +15,8 @@ the Airflow services can write ``RAYLIFT_HOME`` and the Ray containers the READM
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
 import shutil
 import subprocess
-import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,18 +24,19 @@ from typing import Any
 import pytest
 
 from raylift.artifact import PackageInputs, digest_of
-from tests.images.test_dockerfiles import ignored_by, parse_dockerfile, pip_installs, shell_commands
-from tests.infra.test_compose import compose_config
+from tests.fixtures.compose_layout import (
+    AIRFLOW_SERVICE,
+    IMAGE_HOMES,
+    ROOT,
+    compose_layout,
+    image_env,
+    install_airflow_image,
+    readme_compose_model_path,
+    readme_compose_trigger,
+    resolved_services,
+)
+from tests.images.test_dockerfiles import parse_dockerfile, shell_commands
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_FILE = ROOT / "docker-compose.yaml"
-README = ROOT / "README.md"
-UV = ROOT / ".cache/uvtool/bin/uv"
-# The README's trigger runs in this service (`docker compose exec airflow-scheduler airflow dags trigger ...`),
-# and the LocalExecutor runs the tasks there.
-SERVICE = "airflow-scheduler"
-# The base image's own ENV (apache/airflow sets AIRFLOW_HOME; its Dockerfile is not in this repository).
-BASE_IMAGE_ENV = {"AIRFLOW_HOME": "/opt/airflow"}
 NAMES = {"root": 0, "users": 100}  # the base images' /etc/passwd and /etc/group entries the Dockerfiles use
 
 # The build_artifact step in the layout: Airflow puts the plugins folder on sys.path after site-packages
@@ -60,111 +55,18 @@ print(json.dumps({"raylift": raylift.__file__, "root": str(repo_root()), "artifa
 
 @pytest.fixture(scope="module")
 def resolved() -> dict[str, Any]:
-    run = compose_config(COMPOSE_FILE)
-    assert run.returncode == 0, run.stderr
-    services: dict[str, Any] = json.loads(run.stdout)["services"]
-    return services
-
-
-def readme_compose_trigger() -> dict[str, Any]:
-    """The ``--conf`` of the README's ``docker compose exec ... airflow dags trigger raylift_deploy``."""
-    found = re.search(r"docker compose exec \S+ airflow dags trigger raylift_deploy --conf '([^']*)'", README.read_text())
-    assert found, "README has no Compose trigger"
-    conf: dict[str, Any] = json.loads(found.group(1))
-    return conf
-
-
-def readme_compose_model_path() -> str:
-    """Where the README's Compose steps write the tiny model (from a Ray container)."""
-    found = re.search(r"make_tiny_model\.py (/\S+)", README.read_text())
-    assert found, "README has no Compose model step"
-    return found.group(1)
-
-
-# -- the image's Python layout ------------------------------------------------------------------------------
-def replay_copies(dockerfile: Path, fs: Path) -> tuple[Path, list[str]]:
-    """Run the Dockerfile's WORKDIR and COPY steps (context: the repository, minus its ignore file) onto ``fs``,
-    up to the RUN that pip-installs a local path; returns that RUN's folder and the local paths it installs."""
-    patterns = [ln.strip() for ln in dockerfile.with_name("Dockerfile.dockerignore").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]
-    workdir = Path("/")
-    for ins in parse_dockerfile(dockerfile.read_text()):
-        if ins.keyword == "WORKDIR":
-            workdir = workdir / ins.args
-        elif ins.keyword == "COPY":
-            words = [w for w in shlex.split(ins.args) if not w.startswith("--")]
-            *sources, dest = words
-            into = workdir / dest
-            for source in sources:
-                src = ROOT / source
-                files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-                for file in files:
-                    rel = file.relative_to(ROOT).as_posix()
-                    if ignored_by(patterns, rel):
-                        continue
-                    if src.is_file():
-                        target = into / src.name if dest.endswith("/") else into
-                    else:
-                        target = into / file.relative_to(src)
-                    out = fs / target.relative_to("/")
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(file, out)
-        elif ins.keyword == "RUN":
-            local = [a for args in pip_installs([ins]) for a in args if a.startswith((".", "/"))]
-            if local:
-                return fs / workdir.relative_to("/"), local
-    raise AssertionError(f"{dockerfile} pip-installs no local path")
-
-
-def image_env(dockerfile: Path) -> dict[str, str]:
-    """The Dockerfile's ``ENV key=value`` settings."""
-    env: dict[str, str] = {}
-    for ins in parse_dockerfile(dockerfile.read_text()):
-        if ins.keyword == "ENV":
-            env.update(dict(w.split("=", 1) for w in shlex.split(ins.args)))
-    return env
-
-
-def fresh_venv(path: Path) -> Path:
-    """A venv of the control env's Python that sees the control env's packages after its own."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
-    python = path / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    Path(site, "_control_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return python
-
-
-def compose_layout(service: dict[str, Any], image: dict[str, str], fs: Path) -> dict[str, str]:
-    """The service's mounts made on ``fs`` (binds as links, named volumes as folders), and its environment with
-    every container path moved under ``fs``."""
-    for volume in service["volumes"]:
-        target = fs / volume["target"].lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if volume["type"] == "bind":
-            target.symlink_to(volume["source"], target_is_directory=True)
-        else:
-            target.mkdir(parents=True, exist_ok=True)
-    env = {**BASE_IMAGE_ENV, **image, **service["environment"]}
-    return {k: f"{fs}{v}" if v.startswith("/") else v for k, v in env.items()}
+    return resolved_services()
 
 
 def test_the_compose_layout_builds_the_artifact(resolved: dict[str, Any], tmp_path: Path) -> None:
-    service = resolved[SERVICE]
+    service = resolved[AIRFLOW_SERVICE]
     dockerfile = ROOT / service["build"]["dockerfile"]
     fs = tmp_path / "fs"
-    src, local = replay_copies(dockerfile, fs)
-    python = fresh_venv(tmp_path / "venv")
-    install = subprocess.run(
-        [str(UV), "pip", "install", "--python", str(python), "--no-deps", "--no-build-isolation", "--offline",
-         "--no-cache", *local],
-        cwd=src, capture_output=True, text=True, timeout=120, env={**os.environ, "UV_NO_PROGRESS": "1"},
-    )
-    assert install.returncode == 0, install.stderr[-2000:]
+    python = install_airflow_image(dockerfile, fs, tmp_path / "venv")
 
     env = compose_layout(service, image_env(dockerfile), fs)
-    home = tmp_path / "home"
-    home.mkdir()
+    home = fs / IMAGE_HOMES[service["build"]["dockerfile"]].lstrip("/")
+    home.mkdir(parents=True)
     conf = readme_compose_trigger()
     run = subprocess.run(
         [str(python), "-c", STEP, json.dumps(conf)], cwd=env["AIRFLOW_HOME"], capture_output=True, text=True,
@@ -252,7 +154,7 @@ def test_either_image_fills_the_shared_volume_with_folders_both_sides_can_write(
     shared = volume_users["/opt/raylift/var"]
     images = sorted({dockerfile for _, _, dockerfile in shared})
     assert len(images) == 2, images
-    home = resolved[SERVICE]["environment"]["RAYLIFT_HOME"]
+    home = resolved[AIRFLOW_SERVICE]["environment"]["RAYLIFT_HOME"]
     models = str(Path(readme_compose_model_path()).parent)
     problems = []
     for first in images:  # the image whose folder an empty named volume copies
