@@ -46,6 +46,8 @@ TARGET_OPTIONS: dict[str, dict[str, str]] = {
         "cloudmap_namespace": "cloud_map_namespace",
         "cloudmap_service": "cloud_map_service",
         "gpus_per_node": "gpus_per_node",
+        # the model staging task beside the cluster (null without the stack's staging_image: in_worker below)
+        "ecs_staging_task_definition": "staging_task_definition",
     },
     "eks": {
         "region": "region_name",
@@ -55,6 +57,9 @@ TARGET_OPTIONS: dict[str, dict[str, str]] = {
         "eks_service_account": "service_account",
         # the internal load balancer in front of Serve: the default (cluster DNS) resolves only inside the cluster
         "eks_serve_endpoint": "endpoint",
+        # the model staging Job's service account and image (null without the stack's staging_image)
+        "eks_staging_service_account": "staging_service_account",
+        "staging_image": "staging_image",
     },
 }
 
@@ -116,6 +121,11 @@ def target_options(target: str, values: dict[str, Any], *, nodegroup: str = DEFA
             keys = sorted(groups) if isinstance(groups, dict) else groups
             raise OutputsError(f"output eks_nodegroups has no {nodegroup!r} node group (it has {keys}): pass --nodegroup")
         options["worker_nodegroup"] = groups[nodegroup]
+    # Without a staging image the stack has no staging task to run: raylift stages on the Airflow worker.
+    remote = {"ecs": "staging_task_definition", "eks": "staging_image"}[target]
+    if options.get(remote) is None:
+        options = {k: v for k, v in options.items() if k not in ("staging_task_definition", "staging_image")}
+        options["staging"] = "in_worker"
     return options
 
 

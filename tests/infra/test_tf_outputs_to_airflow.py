@@ -41,6 +41,7 @@ SAMPLE_VALUES = {
         "airflow_role_arn": "arn:aws:iam::123456789012:role/raylift-ecs-airflow",
         "dashboard_name": "raylift-ecs",
         "ray_auth_token_secret_arn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:raylift-ecs-ray-auth-x",
+        "ecs_staging_task_definition": "raylift-ecs-model-staging",
     },
     "eks": {
         "raylift_target": "eks",
@@ -57,6 +58,8 @@ SAMPLE_VALUES = {
         "dashboard_name": "raylift-eks",
         "ray_auth_secret": "ray-auth-token",
         "eks_serve_endpoint": "http://raylift-eks-serve-0123456789abcdef.elb.us-east-2.amazonaws.com:8000",
+        "eks_staging_service_account": "raylift-model-staging",
+        "staging_image": "123456789012.dkr.ecr.us-east-2.amazonaws.com/raylift-airflow:1.4.0",
     },
 }
 
@@ -129,6 +132,23 @@ def test_terraform_to_tool_to_target_gives_options_the_target_accepts(target: st
     assert not set(options) & set(model.RENAMED)
     assert made.aws.ecr_repository == f"raylift-{target}-ray-vllm"
     assert made.model_store_uri() == SAMPLE_VALUES[target]["model_store_uri"]
+
+
+@pytest.mark.parametrize(("target", "remote"), [("ecs", "ecs_staging_task_definition"), ("eks", "staging_image")])
+def test_staging_runs_beside_the_cluster_when_the_stack_has_a_staging_image_else_on_the_worker(
+    target: str, remote: str
+) -> None:
+    """With the stack's staging task (ECS) or image (EKS) the target stages remotely (its default); a stack applied
+    without staging_image outputs null, and the options say in_worker rather than name a task that does not exist."""
+    from raylift.targets import get_target
+
+    options = target_options_of(run_tool(terraform_json(SAMPLE_VALUES[target])))
+    assert "staging" not in options
+    assert options["staging_task_definition" if target == "ecs" else "staging_image"] == SAMPLE_VALUES[target][remote]
+    without = target_options_of(run_tool(terraform_json(SAMPLE_VALUES[target] | {remote: None})))
+    assert without["staging"] == "in_worker" and "staging_task_definition" not in without
+    assert "staging_image" not in without
+    get_target(target, **without)  # accepted as is
 
 
 def test_the_eks_worker_node_group_is_picked_by_key() -> None:

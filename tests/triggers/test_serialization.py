@@ -54,6 +54,9 @@ SAMPLES: dict[str, Any] = {
     "namespace": "raylift",
     "kubernetes_conn_id": "kubernetes_raylift",
     "cluster_context": {"eks_cluster_name": "raylift", "region": "us-west-2", "aws_conn_id": "aws_raylift"},
+    "task_arn": "arn:aws:ecs:us-west-2:123456789012:task/raylift-ray/0123456789abcdef",
+    "container": "stage",
+    "node_ids": ["4f1c0e6a9b2d", "7e3a5c1b8d0f"],
 }
 
 

@@ -280,6 +280,41 @@ class EcsServiceHook(EcsHook):
                 )
         return ServiceInstances(dict(Counter(types.values())), fargate)
 
+    # -- scale-in of exactly the drained tasks (raylift.targets.scale_in) ----------------------------
+    def service_task_ips(self, cluster: str, service: str, *, require_ips: bool = True) -> dict[str, set[str]]:
+        """``{task ARN: its private IPv4s}`` for the tasks of ``service`` that run or are starting (desired RUNNING):
+        the IP of a task's awsvpc ENI is the ``node_ip`` Ray reports for the node in it. With ``require_ips``,
+        ClusterError naming the tasks that have none (bridge or host networking: raylift cannot tell their Ray node
+        apart)."""
+        arns = [arn for page in self.conn.get_paginator("list_tasks").paginate(
+            cluster=cluster, serviceName=service, desiredStatus="RUNNING") for arn in page["taskArns"]]
+        found: dict[str, set[str]] = {}
+        for batch in _batches(arns):
+            reply = self.conn.describe_tasks(cluster=cluster, tasks=batch)
+            if reply.get("failures"):
+                raise ClusterError(f"ECS cluster {cluster!r} could not describe task(s) {_failures(reply)}; try again.")
+            for task in reply["tasks"]:
+                if task.get("group") != f"service:{service}" or task.get("desiredStatus") != "RUNNING":
+                    continue  # ListTasks' serviceName filter, checked on the task itself
+                found[task["taskArn"]] = {
+                    d["value"] for a in task.get("attachments") or [] if a.get("type") == "ElasticNetworkInterface"
+                    for d in a.get("details") or [] if d.get("name") == "privateIPv4Address"
+                }
+        blind = sorted(arn.rsplit("/", 1)[-1] for arn, ips in found.items() if not ips)
+        if blind and require_ips:
+            raise ClusterError(
+                f"ECS task(s) {blind} of service {cluster}/{service} have no awsvpc network interface, so raylift "
+                "cannot tell which Ray node runs in each and cannot drain it before stopping it. Run the Ray workers "
+                "with networkMode awsvpc (as the terraform stack does). Nothing was changed."
+            )
+        return found
+
+    def stop_tasks(self, cluster: str, tasks: list[str], reason: str) -> None:
+        """StopTask on each of ``tasks`` (ECS sends SIGTERM, then SIGKILL after the container's stopTimeout)."""
+        for arn in tasks:
+            self.conn.stop_task(cluster=cluster, task=arn, reason=reason[:255])
+            self.log.info("ECS task %s stopped (%s)", arn, reason)
+
     def wait_for_services(
         self, cluster: str, services: list[str], *, waiter_delay: float = 15, waiter_max_attempts: int = 40
     ) -> None:

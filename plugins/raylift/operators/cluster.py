@@ -12,17 +12,27 @@ from raylift.operators.base import Stopwatch, TargetOperator
 class ScaleClusterOperator(TargetOperator):
     """Start or resize the cluster to ``workers`` worker nodes; the sensor after it waits for them.
 
+    A scale-in on a target that drains first (``ecs``, ``eks``: ``raylift.targets.scale_in``) picks the worker
+    nodes to remove from Ray's state, asks Ray to drain them, waits until Ray lists them DEAD (deferred: the
+    triggerer waits) and only then removes exactly their tasks or instances. A drain that does not finish by the
+    target's ``drain_timeout_s`` fails the step naming the nodes, with the capacity unchanged.
+
     :param workers: Ray worker nodes besides the head (0 allowed). A count the cluster's capacity cannot hold (on
         ``eks``: past the worker node group's maxSize, which raylift never raises) is refused before anything is
-        resized."""
+        resized.
+    :param deferrable: free the worker slot while Ray drains (the triggerer waits); False waits in the worker on
+        the same condition. None takes Airflow's ``[operators] default_deferrable``."""
 
     template_fields = (*TargetOperator.template_fields, "workers")
 
-    def __init__(self, *, workers: int | str = 0, **kwargs: Any) -> None:
+    def __init__(self, *, workers: int | str = 0, deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.workers = workers
+        self.deferrable = default_deferrable(deferrable)
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from raylift.targets.scale_in import DrainedScaleIn
+
         try:
             workers = int(self.workers)
         except (TypeError, ValueError):
@@ -30,8 +40,34 @@ class ScaleClusterOperator(TargetOperator):
         if workers < 0:
             raise RayliftValueError(f"'workers' must be >= 0, got {workers}.")
         watch = Stopwatch()
-        want = self.target_impl.scale(workers=workers)
-        self.log.info("cluster scaled to %s worker(s) in %s; expecting %s", workers, watch, want)
+        target = self.target_impl
+        drains = target if isinstance(target, DrainedScaleIn) else None
+        plan = drains.scale_in_plan(workers) if drains is not None else None
+        if drains is None or plan is None:  # a scale-out, the same count, or a target that does not drain
+            want = target.scale(workers=workers)
+            self.log.info("cluster scaled to %s worker(s) in %s; expecting %s", workers, watch, want)
+            return want.to_xcom()
+        trigger = drains.start_drain(plan)
+        if trigger is None:  # the members to remove never joined Ray: nothing to drain
+            return self.execute_complete(context, None, plan=plan.to_xcom())
+        if self.deferrable:
+            from datetime import timedelta
+
+            self.defer(trigger=trigger, method_name="execute_complete", kwargs={"plan": plan.to_xcom()},
+                       timeout=timedelta(seconds=trigger.timeout_s + 60))
+        return self.execute_complete(context, trigger.wait(), plan=plan.to_xcom())  # same condition, in this worker
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None, plan: dict[str, Any]) -> dict[str, Any]:
+        """After the drain: remove exactly the drained members and resize (ClusterError when it did not finish)."""
+        from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
+
+        target = self.target_impl
+        if not isinstance(target, DrainedScaleIn):
+            raise DeployError(f"target {self.target} does not drain before a scale-in; run the scale step again.")
+        scale_in = ScaleInPlan.from_xcom(plan)
+        want = target.finish_scale_in(scale_in, event)
+        self.log.info("cluster scaled in to %s worker(s), removing %s after Ray drained them; expecting %s",
+                      scale_in.workers, ", ".join(scale_in.members), want)
         return want.to_xcom()
 
 

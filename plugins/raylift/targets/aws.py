@@ -22,6 +22,7 @@ from raylift.aws.content import (
     upload_build_context,
 )
 from raylift.aws.model_staging import S3Destination, stage_model_to_s3
+from raylift.aws.staging_job import StagingLaunch
 from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
 from raylift.errors import RayliftValueError
 from raylift.records import Artifact, StagedModel
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 ECR_REPOSITORY_NAME = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
+# Where the model copy runs: beside the cluster (an ECS task / a Kubernetes Job), or in the Airflow task itself.
+STAGING_MODES = ("remote", "in_worker")
 
 
 class AwsOptions(TargetOptions):
@@ -67,6 +70,26 @@ class AwsOptions(TargetOptions):
     build_context_prefix: str = "build-context"  # terraform image_pipeline's source_prefix
     build_poll_interval_s: PositiveSeconds = 15.0
     build_timeout_s: PositiveSeconds = 3600.0
+    # Model staging (raylift.targets.remote_staging): "remote" runs the copy beside the cluster, so the model
+    # never passes through the Airflow worker's disk; "in_worker" keeps the copy inside the Airflow task.
+    staging: str = "remote"
+    staging_task_definition: str = Field("raylift-model-staging", min_length=1)  # ecs: terraform's staging.tf
+    staging_container: str = Field("stage", min_length=1)  # ecs: the container whose command is overridden
+    staging_image: str | None = Field(None, min_length=1)  # eks: an image with raylift (images/airflow, in ECR)
+    staging_service_account: str = Field("raylift-model-staging", min_length=1)  # eks: Pod Identity's
+    staging_scratch_size: str = Field("200Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$")  # eks: the emptyDir's sizeLimit
+    staging_timeout_s: PositiveSeconds = 7200.0
+    staging_poll_interval_s: PositiveSeconds = 15.0
+
+    @field_validator("staging")
+    @classmethod
+    def _staging_mode(cls, value: str) -> str:
+        if value not in STAGING_MODES:
+            raise ValueError(
+                f"target option 'staging' got {value!r}: use one of {list(STAGING_MODES)} ('remote': an ECS task or "
+                "a Kubernetes Job beside the cluster copies the model; 'in_worker': the Airflow task copies it)."
+            )
+        return value
 
     @field_validator("bucket")
     @classmethod
@@ -114,7 +137,39 @@ class AwsTarget(Target):
         return open_store(self.state_uri(), aws_conn_id=self.aws.aws_conn_id)
 
     # -- model -----------------------------------------------------------------------------------
+    @property
+    def stages_remotely(self) -> bool:
+        """The model copy runs beside the cluster (target option ``staging``: ``remote``, the default)."""
+        return self.aws.staging == "remote"
+
+    def start_staging(
+        self, *, source: str, model_id: str, revision: str | None, request_id: str, **patterns: Any
+    ) -> tuple[StagingLaunch, BaseTrigger]:
+        """Launch the remote copy (an ECS task or a Kubernetes Job, by target) and return it with the trigger to
+        defer on; ``finish_staging`` reads what it staged. Refused before anything starts when the source cannot
+        travel (a local path, a URL with a query string)."""
+        from raylift.targets.remote_staging import launch, staging_request
+
+        request = staging_request(self, source=source, model_id=model_id, revision=revision,
+                                  request_id=request_id, **patterns)
+        return launch(self, request)
+
+    def wait_for_staging(self, launch: StagingLaunch) -> dict[str, Any]:
+        """The trigger's wait, blocking in this process (a task that does not defer); returns its event."""
+        from raylift.targets.remote_staging import wait_in_process
+
+        return wait_in_process(self, launch)
+
+    def finish_staging(self, launch: StagingLaunch, event: dict[str, Any]) -> StagedModel:
+        """The StagedModel the remote run wrote, once its task/Job has ended; StagingError naming the exit code,
+        the reason and what to do when it failed."""
+        from raylift.targets.remote_staging import finish
+
+        return finish(self, launch, event)
+
     def stage_model(self, *, source: str, model_id: str, revision: str | None = None, **patterns: Any) -> StagedModel:
+        """Stage in this process (``staging: in_worker``, or a caller outside the DAG): the model passes through
+        this host's disk (``$RAYLIFT_HOME/cache``)."""
         return stage_model_to_s3(
             **patterns,  # allow_patterns / ignore_patterns (hub sources)
             source=source,

@@ -29,13 +29,16 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 
 from pydantic import Field, model_validator
 
+from raylift.config import DRAIN_TIMEOUT_S
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 from raylift.targets.serve_control import DashboardServeControl
 
 if TYPE_CHECKING:
     from raylift.hardware_profile import InstanceShape
+    from raylift.hooks.ray_drain import RayDrainHook
     from raylift.store import ObjectStore
     from raylift.targets.base import ClusterUndo
 
@@ -76,6 +79,7 @@ class EcsOptions(AwsOptions):
     roll_out_image: bool | None = None  # None: roll out where image_tag is set (the terraform stack's options)
     scale_timeout_s: PositiveSeconds = 900.0
     scale_poll_interval_s: PositiveSeconds = 10.0
+    drain_timeout_s: PositiveSeconds = DRAIN_TIMEOUT_S  # a scale-in's Ray drain: its deadline
 
     @model_validator(mode="after")
     def _finds_the_head(self) -> Self:
@@ -84,14 +88,18 @@ class EcsOptions(AwsOptions):
         return self
 
 
-class EcsTarget(DashboardServeControl, AwsTarget):
+class EcsTarget(DrainedScaleIn, DashboardServeControl, AwsTarget):
     """Options (all JSON, validated by ``EcsOptions``): ``cluster``, ``head_service``, ``worker_service``,
     ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
     ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
     ``gpus_per_node`` for both), ``image_tag`` (the moving tag the task definitions run, re-pointed at each
     build's content tag), ``roll_out_image`` (scale puts the services on this checkout's image by digest: a new
-    task-definition revision and deployment; default: where ``image_tag`` is set), plus the shared AWS options
-    (``bucket``, ``ecr_repository``, ...)."""
+    task-definition revision and deployment; default: where ``image_tag`` is set), ``drain_timeout_s`` (how long
+    a scale-in waits for Ray to drain the workers it removes), plus the shared AWS options (``bucket``,
+    ``ecr_repository``, ...).
+
+    A scale-in drains first (``raylift.targets.scale_in``): the worker tasks to stop are picked from Ray's state,
+    drained in Ray, and only then is the worker service's desiredCount lowered and exactly those tasks stopped."""
 
     name = "ecs"
 
@@ -114,6 +122,7 @@ class EcsTarget(DashboardServeControl, AwsTarget):
         self.image_tag = opts.image_tag
         self.rolls_out_image = opts.image_tag is not None if opts.roll_out_image is None else opts.roll_out_image
         self.scale_timeout_s, self.scale_poll_interval_s = opts.scale_timeout_s, opts.scale_poll_interval_s
+        self.drain_timeout_s = opts.drain_timeout_s
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
     # -- hooks -------------------------------------------------------------------------------------
@@ -174,6 +183,29 @@ class EcsTarget(DashboardServeControl, AwsTarget):
         ecs.scale_service(self.cluster, self.head_service, 1)
         ecs.scale_service(self.cluster, self.worker_service, workers)
         return self.expectation(workers)
+
+    # -- scale-in: drain in Ray, then stop exactly those tasks (raylift.targets.scale_in) ------------
+    def scale_in_members(self, workers: int) -> tuple[int, dict[str, set[str]]] | None:
+        """The worker service's tasks (by their ENI IP) and how many a scale to ``workers`` stops; None when it
+        stops none."""
+        tasks = self._ecs().service_task_ips(self.cluster, self.worker_service)
+        return (len(tasks) - workers, tasks) if len(tasks) > workers else None
+
+    def remove_members(self, plan: ScaleInPlan) -> None:
+        """Lower the worker service to ``plan.workers``, then at once StopTask every task of it but the keepers:
+        the drained ones (a drained node's ``ray start --block`` keeps its container running), and a replacement
+        ECS started meanwhile for a task that ended. ECS's scheduler acts on the new count asynchronously and finds
+        the service at it by then, so it stops no keeper. (Task scale-in protection on the keepers would
+        close even that window; moto, the tests' oracle, does not implement UpdateTaskProtection.)"""
+        ecs = self._ecs()
+        ecs.scale_service(self.cluster, self.worker_service, plan.workers)
+        others = sorted(set(ecs.service_task_ips(self.cluster, self.worker_service, require_ips=False)) - set(plan.keep))
+        ecs.stop_tasks(self.cluster, others, f"raylift scale-in to {plan.workers} worker(s): Ray node drained")
+
+    def drain_dashboard(self) -> RayDrainHook:
+        from raylift.hooks.ray_drain import RayDrainHook
+
+        return RayDrainHook(self.dashboard_url(), conn_id=self.cluster_conn_id)
 
     def cluster_ready_trigger(self, want: ClusterExpectation) -> Any:
         """Defer until ECS runs the head and worker services' desired counts, which ``scale`` set for ``want``

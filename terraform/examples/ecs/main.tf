@@ -32,6 +32,7 @@ module "ray" {
   model_bucket_kms_key_arn = module.model_bucket.kms_key_arn
   model_store_uri          = "s3://${module.model_bucket.bucket_name}/models"
   control_plane_security_group_ids = var.airflow_security_group_ids
+  staging_image                    = var.staging_image
 }
 
 module "airflow_iam" {
@@ -47,6 +48,9 @@ module "airflow_iam" {
   ecs_task_definition_arns    = module.ray.task_definition_family_arns
   ecs_task_role_arns          = module.ray.task_role_arns
   cloudmap_namespace_name     = module.ray.cloudmap_namespace_name
+  ecs_staging_enabled         = var.staging_image != null
+  ecs_staging_task_definition_arns = compact([module.ray.staging_task_definition_arn_pattern])
+  ecs_staging_role_arns       = module.ray.staging_role_arns
   role_trusted_services       = var.airflow_trusted_services
   attach_to_role_names        = var.airflow_existing_role_names
 }

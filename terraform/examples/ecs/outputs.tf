@@ -79,3 +79,8 @@ output "ray_auth_token_secret_arn" {
   description = "Secrets Manager secret with the Ray cluster's auth token: the Airflow workers and triggerer need it as RAY_AUTH_TOKEN."
   value       = module.ray.ray_auth_token_secret_arn
 }
+
+output "ecs_staging_task_definition" {
+  description = "Family of the model staging task (null without staging_image: raylift then stages on the Airflow worker)."
+  value       = module.ray.staging_task_definition
+}

@@ -66,3 +66,9 @@ variable "airflow_security_group_ids" {
   type        = list(string)
   default     = []
 }
+
+variable "staging_image" {
+  description = "Image of the model staging task (the raylift Airflow image, images/airflow, pushed to ECR): raylift stages models in an ECS task beside the cluster instead of on the Airflow worker. null: no staging task; set the target option staging to in_worker."
+  type        = string
+  default     = null
+}

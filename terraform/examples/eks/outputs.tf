@@ -69,3 +69,13 @@ output "eks_serve_endpoint" {
   description = "Serve's endpoint on the internal load balancer: tools/tf_outputs_to_airflow.py makes it the eks target option endpoint."
   value       = module.ray.serve_endpoint
 }
+
+output "eks_staging_service_account" {
+  description = "Service account of the model staging Jobs (EKS Pod Identity: writes the model bucket)."
+  value       = module.ray.staging_service_account
+}
+
+output "staging_image" {
+  description = "Image of the model staging Jobs (null: raylift stages on the Airflow worker)."
+  value       = var.staging_image
+}

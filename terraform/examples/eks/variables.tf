@@ -49,3 +49,9 @@ variable "airflow_existing_role_names" {
   type        = list(string)
   default     = []
 }
+
+variable "staging_image" {
+  description = "Image of the model staging Jobs (the raylift Airflow image, images/airflow, in a registry the nodes pull from): raylift stages models in a Kubernetes Job beside the cluster instead of on the Airflow worker. null: staging stays on the worker."
+  type        = string
+  default     = null
+}

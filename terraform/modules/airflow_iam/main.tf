@@ -8,8 +8,12 @@ locals {
   # Known at plan time (booleans), unlike the ARNs, so they can drive the dynamic statements.
   has_ecs = var.ecs_enabled
   has_eks = var.eks_enabled
+  # the staging task's statements: only when ecs_ray creates the staging task definition
+  has_ecs_staging = var.ecs_enabled && var.ecs_staging_enabled
   # arn:aws:ecs:<region>:<account>:service/<cluster>/<service> -> arn:aws:ecs:<region>:<account>:cluster/<cluster>
   ecs_cluster_arns = distinct([for arn in var.ecs_service_arns : replace(arn, "/:service\\/([^\\/]+)\\/[^\\/]+$/", ":cluster/$1")])
+  # every task of those clusters: arn:aws:ecs:<region>:<account>:task/<cluster>/*
+  ecs_task_arns = [for arn in local.ecs_cluster_arns : "${replace(arn, ":cluster/", ":task/")}/*"]
 }
 
 data "aws_iam_policy_document" "airflow" {
@@ -123,6 +127,61 @@ data "aws_iam_policy_document" "airflow" {
   dynamic "statement" {
     for_each = local.has_ecs ? [1] : []
     content {
+      sid = "StopDrainedRayWorkers"
+      # a scale-in stops exactly the worker tasks whose Ray nodes Ray drained (raylift.targets.scale_in)
+      actions   = ["ecs:StopTask"]
+      resources = local.ecs_task_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs_staging ? [1] : []
+    content {
+      sid = "RunModelStagingTask"
+      # staging runs beside the cluster, not on the Airflow worker (raylift.targets.remote_staging), in the Ray
+      # services' own clusters
+      actions   = ["ecs:RunTask"]
+      resources = var.ecs_staging_task_definition_arns
+      condition {
+        test     = "ArnEquals"
+        variable = "ecs:cluster"
+        values   = local.ecs_cluster_arns
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs_staging ? [1] : []
+    content {
+      sid = "TagModelStagingTaskOnCreate"
+      # RunTask tags the task it starts (tag-on-create); no existing resource can be tagged
+      actions   = ["ecs:TagResource"]
+      resources = ["*"]
+      condition {
+        test     = "StringEquals"
+        variable = "ecs:CreateAction"
+        values   = ["RunTask"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs_staging ? [1] : []
+    content {
+      sid       = "PassModelStagingRoles"
+      actions   = ["iam:PassRole"]
+      resources = var.ecs_staging_role_arns
+      condition {
+        test     = "StringEquals"
+        variable = "iam:PassedToService"
+        values   = ["ecs-tasks.amazonaws.com"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
       sid = "PriceRayServiceInstances"
       # The benchmark's cost: which container instances run the Ray services' tasks (read-only), in the
       # services' own clusters.
@@ -210,9 +269,27 @@ data "aws_iam_policy_document" "airflow" {
   dynamic "statement" {
     for_each = local.has_eks ? [1] : []
     content {
-      sid       = "GpusPerInstanceType"
-      actions   = ["ec2:DescribeInstanceTypes"] # describe call: no resource-level permissions exist
+      sid = "GpusPerInstanceType"
+      # describe calls: no resource-level permissions exist. DescribeInstances: the node group's instances' private
+      # IPs, which a scale-in matches with the Ray pods' hostIP
+      actions   = ["ec2:DescribeInstanceTypes", "ec2:DescribeInstances", "autoscaling:DescribeAutoScalingGroups"]
       resources = ["*"]
+    }
+  }
+
+  # A scale-in removes exactly the instances whose Ray pods were drained, from the node group's Auto Scaling group
+  # (EKS names it; it carries EKS's eks:cluster-name tag), lowering its desired capacity with them.
+  dynamic "statement" {
+    for_each = local.has_eks ? [1] : []
+    content {
+      sid       = "RemoveDrainedNodes"
+      actions   = ["autoscaling:TerminateInstanceInAutoScalingGroup"]
+      resources = ["*"]
+      condition {
+        test     = "StringEquals"
+        variable = "autoscaling:ResourceTag/eks:cluster-name"
+        values   = [element(split("/", var.eks_cluster_arn), 1)]
+      }
     }
   }
 }

@@ -59,6 +59,24 @@ variable "ecs_task_role_arns" {
   default     = []
 }
 
+variable "ecs_staging_enabled" {
+  description = "Grant running the model staging task (the ecs_ray module's staging_image is set): RunTask of ecs_staging_task_definition_arns, passing ecs_staging_role_arns."
+  type        = bool
+  default     = false
+}
+
+variable "ecs_staging_task_definition_arns" {
+  description = "The staging task definition's revisions (ARN pattern family:*; the ecs_ray output staging_task_definition_arn_pattern)."
+  type        = list(string)
+  default     = []
+}
+
+variable "ecs_staging_role_arns" {
+  description = "The roles the staging task definition names (the ecs_ray output staging_role_arns): RunTask passes them."
+  type        = list(string)
+  default     = []
+}
+
 variable "cloudmap_namespace_name" {
   description = "Cloud Map namespace in which raylift discovers the Ray head (null without ECS)."
   type        = string
