@@ -85,6 +85,18 @@ class EksNodegroupHook(EksHook):
         self.log.info("EKS node group %s/%s: desired %d (min %d, max %d)", cluster, nodegroup, desired, low, now.max_size)
         return NodegroupScaling(nodegroup, low, now.max_size, desired, now.instance_types, now.status, now.labels)
 
+    def autoscaling_group(self, cluster: str, nodegroup: str) -> str:
+        """The Auto Scaling group EKS runs the node group's instances in (DescribeNodegroup's
+        ``resources.autoScalingGroups``): where exactly-these-instances removals go."""
+        ng = self.conn.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
+        groups = [g["name"] for g in (ng.get("resources") or {}).get("autoScalingGroups") or [] if g.get("name")]
+        if len(groups) != 1:
+            raise ClusterError(
+                f"EKS node group {cluster}/{nodegroup} lists {len(groups)} Auto Scaling group(s) ({groups}); raylift "
+                "removes drained instances from exactly one. Nothing was changed."
+            )
+        return groups[0]
+
     def gpus_per_node(self, instance_type: str) -> int:
         """GPUs (or Neuron devices) on one ``instance_type``, from EC2 DescribeInstanceTypes."""
         ec2 = AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name, client_type="ec2").conn

@@ -18,13 +18,17 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from raylift.config import DRAIN_TIMEOUT_S
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 
 if TYPE_CHECKING:
     from raylift.hardware_profile import InstanceShape
+    from raylift.hooks.autoscaling_group import AutoScalingGroupHook
     from raylift.hooks.eks_nodegroup import NodegroupScaling
+    from raylift.triggers.kube_job import KubeJobDoneTrigger
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,7 @@ class EksOptions(AwsOptions):
     endpoint: Name | None = None
     workers: Annotated[int, Field(ge=0)] = 1
     poll_interval_s: PositiveSeconds = 5.0
+    drain_timeout_s: PositiveSeconds = DRAIN_TIMEOUT_S  # a scale-in's Ray drain (the drain Job's deadline)
 
     @field_validator("profile")
     @classmethod
@@ -107,15 +112,20 @@ class EksOptions(AwsOptions):
         return self
 
 
-class EksTarget(AwsTarget):
+class EksTarget(DrainedScaleIn, AwsTarget):
     """Options (all JSON, validated by ``EksOptions``): ``cluster_name``, ``worker_nodegroup``,
     ``head_nodegroup``, ``kubernetes_conn_id`` (None: a kubeconfig is minted from the AWS connection),
     ``namespace``, ``rayservice_name``, ``profile``, ``upgrade_strategy``, ``gateway_class`` (the GatewayClass
     ``NewClusterWithIncrementalUpgrade`` needs), ``accelerators_per_node``, ``image``,
     ``hf_home``, ``model_volume_claim``, ``hf_token_secret``, ``service_account``, ``ray_auth_secret``
     (Kubernetes Secret with the cluster's Ray auth token: the RayService runs token auth), ``endpoint``,
-    ``workers`` (fallback when no scale was recorded), plus the shared AWS options (``bucket``,
-    ``ecr_repository``, ...)."""
+    ``workers`` (fallback when no scale was recorded), ``drain_timeout_s`` (how long a scale-in waits for Ray to
+    drain the workers it removes), plus the shared AWS options (``bucket``, ``ecr_repository``, ...).
+
+    A scale-in that removes instances drains first (``raylift.targets.scale_in``, ``raylift.kuberay.drain``): the
+    instances and the Ray worker pods on them are picked from the node group's Auto Scaling group and Kubernetes,
+    a Job in the cluster has Ray drain those pods' nodes, then KubeRay deletes exactly those pods
+    (``workersToDelete``) and exactly those instances are terminated (the desired capacity lowered with them)."""
 
     name = "eks"
 
@@ -136,6 +146,7 @@ class EksTarget(AwsTarget):
         self.service_account = opts.service_account
         self.ray_auth_secret = opts.ray_auth_secret
         self.endpoint, self.default_workers, self.poll_interval_s = opts.endpoint, opts.workers, opts.poll_interval_s
+        self.drain_timeout_s = opts.drain_timeout_s
 
     # -- hooks -------------------------------------------------------------------------------------
     def _eks(self) -> Any:
@@ -243,6 +254,104 @@ class EksTarget(AwsTarget):
             eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 1)
         self.state_store().write_json(self._state_key("scale.json"), {"workers": workers, "worker_nodes": nodes})
         return self._expectation(nodes, amount)
+
+    # -- scale-in: drain in Ray, then remove exactly those pods and instances (raylift.kuberay.drain) ---------------
+    @cached_property
+    def _asg(self) -> AutoScalingGroupHook:
+        from raylift.hooks.autoscaling_group import AutoScalingGroupHook
+
+        return AutoScalingGroupHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+
+    @cached_property
+    def _asg_name(self) -> str:
+        return str(self._eks().autoscaling_group(self.cluster_name, self.worker_nodegroup))
+
+    def scale_in_plan(self, workers: int) -> ScaleInPlan | None:
+        """The worker node group's instances a scale to ``workers`` removes and the Ray worker pods on them; None
+        when it removes no instance or no RayService runs yet (the plain ``scale``). ClusterError, with nothing
+        changed, when the Auto Scaling group would go below its MinSize or only the head's instance is left."""
+        from raylift.hooks.kuberay_workers import active_cluster, cluster_pods
+        from raylift.kuberay.drain import plan_removal
+
+        if workers < 0:
+            raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
+        nodes, _ = self.nodes_for(workers)
+        if nodes >= self._eks().scaling(self.cluster_name, self.worker_nodegroup).desired_size:
+            return None  # a scale-out or the same size: nothing goes, no Auto Scaling group to read
+        group = self._asg.capacity(self._asg_name)
+        instances = {i.instance_id: i.private_ip for i in group.in_service()}
+        if len(instances) <= nodes:
+            return None
+        hook = self._kuberay()
+        if hook.get_rayservice(self.rayservice_name, self.namespace) is None:
+            return None  # no Ray to drain: the plain scale
+        remove = len(instances) - nodes
+        if group.desired - remove < group.min_size:
+            raise ClusterError(
+                f"Scaling {self.describe_cluster()} to {workers} worker(s) = {nodes} node(s) removes {remove} of its "
+                f"{len(instances)} instance(s), taking Auto Scaling group {group.name!r} from {group.desired} to "
+                f"{group.desired - remove}, below its MinSize {group.min_size} (the node group's minSize, set by "
+                f"terraform). Nothing was changed. Keep at least {group.min_size} node(s), or lower "
+                f"node_groups[{self.worker_nodegroup!r}].min_size in the terraform stack and apply it."
+            )
+        cluster = active_cluster(hook, self.namespace, self.rayservice_name)
+        pods = cluster_pods(hook, self.namespace, cluster["metadata"]["name"])
+        removal = plan_removal(pods, instances, workers=workers, nodes=nodes)
+        if removal is None:
+            return None
+        ips = {p.name: p.pod_ip for p in pods}
+        return ScaleInPlan(workers, removal.instances, removal.pods, {n: ips.get(n, "") for n in removal.pods},
+                           removal.keep)
+
+    def start_drain(self, plan: ScaleInPlan) -> KubeJobDoneTrigger | None:
+        """Start the Job that has Ray drain ``plan``'s pods (those with a Ray node: a pod IP) and ends once Ray lists
+        them DEAD; the trigger that waits for it (None: no pod to drain)."""
+        from raylift.hooks.kuberay_workers import active_cluster, create_job
+        from raylift.kuberay.drain import drain_job_name, head_service, render_drain_job, worker_image
+        from raylift.triggers.kube_job import KubeJobDoneTrigger
+
+        ips = sorted(ip for ip in plan.node_ips.values() if ip)
+        if not ips:
+            return None
+        hook = self._kuberay()
+        cluster = active_cluster(hook, self.namespace, self.rayservice_name)
+        name = drain_job_name(cluster["metadata"]["name"], plan.nodes)
+        job = render_drain_job(
+            name=name, namespace=self.namespace, image=worker_image(cluster),
+            head_service=head_service(cluster), pod_ips=ips, deadline_s=int(self.drain_timeout_s),
+            message=f"raylift scale-in of {self.describe_cluster()} to {plan.workers} worker(s)",
+            ray_auth_secret=self.ray_auth_secret)
+        if not create_job(hook, job):
+            log.info("drain Job %s/%s exists already (a retried step): waiting on it", self.namespace, name)
+        log.info("draining Ray worker pod(s) %s in Job %s/%s before removing them", plan.describe_nodes(),
+                 self.namespace, name)
+        context = None
+        if not self.kubernetes_conn_id:
+            from raylift.kuberay.eks_auth import eks_cluster_context
+
+            context = eks_cluster_context(self.cluster_name, self.region(), self.aws.aws_conn_id)
+        # the Job's activeDeadlineSeconds ends a drain that overruns; the margin lets its own verdict arrive first
+        return KubeJobDoneTrigger(name, self.namespace, kubernetes_conn_id=self.kubernetes_conn_id,
+                                  timeout_s=self.drain_timeout_s + 60, poll_interval_s=self.poll_interval_s,
+                                  cluster_context=context)
+
+    def remove_members(self, plan: ScaleInPlan) -> None:
+        """Have KubeRay delete exactly the drained pods (``workersToDelete``, replicas lowered so none comes back),
+        then terminate exactly ``plan.members`` in the node group's Auto Scaling group, lowering its desired
+        capacity by as many."""
+        from raylift.hooks.kuberay_workers import active_cluster, cluster_pods, patch_cluster
+        from raylift.kuberay.drain import workers_to_delete_patch
+
+        hook = self._kuberay()
+        cluster = active_cluster(hook, self.namespace, self.rayservice_name)
+        name = cluster["metadata"]["name"]
+        drained = [p for p in cluster_pods(hook, self.namespace, name) if p.name in plan.nodes and not p.is_head]
+        ops = workers_to_delete_patch(cluster, drained)
+        if ops:
+            patch_cluster(hook, self.namespace, name, ops)
+            log.info("RayCluster %s/%s: KubeRay deletes %s", self.namespace, name, ", ".join(p.name for p in drained))
+        if plan.members:
+            self._asg.terminate(self._asg_name, plan.members)
 
     def recorded_workers(self) -> int:
         return int((self.state_store().read_json(self._state_key("scale.json")) or {}).get("workers", self.default_workers))
