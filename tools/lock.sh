@@ -8,7 +8,7 @@ source tools/env.sh
 ensure_uv
 wheel=$(ls /opt/wheels/torch-"${TORCH_VERSION}"+cpu-*.whl 2>/dev/null | head -1)
 ovr=$(mktemp); echo "torch @ file://${wheel}" >"$ovr"
-common=(--python-version 3.11 --python-platform x86_64-manylinux_2_28 -q)
+common=(--python-version 3.11 --python-platform x86_64-manylinux_2_31 -q)
 "$UV" pip compile "${common[@]}" --override "$ovr" --no-emit-package torch \
   requirements/runtime.in -o requirements/runtime.lock
 "$UV" pip compile "${common[@]}" requirements/dev.in -o requirements/control.lock

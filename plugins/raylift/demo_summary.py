@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from raylift.config import REPORTS_URL_PREFIX, local_settings
 from raylift.deploy_state import run_key
@@ -38,6 +39,24 @@ def report_location(run_folder: str) -> str | None:
         return None
 
 
+def print_cold_start(cold: dict[str, Any]) -> None:
+    """Each replica the deploy started, by phase (``raylift.cold_start``), and the smoke test's first token."""
+    from raylift.cold_start import table_rows
+
+    replicas = cold.get("replicas") or []
+    if replicas:
+        head, body = table_rows(replicas)  # one column per replica here: phases are many, replicas few
+        rows = [[name, *(row[i] for row in body)] for i, name in enumerate(head)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        print("by phase (seconds; '-': not timed by Ray, Serve, the app or vLLM; outer spans contain inner ones):")
+        for row in rows:
+            print("  " + row[0].ljust(widths[0]) + "".join("  " + cell.rjust(w) for cell, w in zip(row[1:], widths[1:])))
+    elif cold.get("note"):
+        print(f"by phase:  {cold['note']}")
+    if cold.get("first_token_s") is not None:
+        print(f"first token: {cold['first_token_s']} s after the smoke test's streamed request was sent")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--run-id", default=None, help="default: the newest run record")
@@ -69,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if cold.get("trigger_to_running_s") is not None:
         print(f"cold start: trigger → RUNNING {cold['trigger_to_running_s']} s, "
               f"→ first token {cold.get('trigger_to_first_token_s')} s")
+    print_cold_start(cold)
     body = json.dumps({"model": served, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16})
     print(f"try:       curl -s {endpoint}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")
     if bench:

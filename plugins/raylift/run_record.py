@@ -39,20 +39,32 @@ def cold_start(triggered_at: datetime | None, parts: dict[str, Any]) -> dict[str
     ``triggered_at`` is the run's ``run_after`` (the trigger time for a UI/REST trigger, the scheduled
     time for a scheduled run); RUNNING is when the deploy's wait saw it, the first token is the smoke
     test's streamed request. A step that did not get there leaves its figure ``None``.
+
+    ``replicas`` (when the deploy read them): each replica the deploy started, by phase (``raylift.cold_start``);
+    ``first_token_s`` (when measured): the smoke test's streamed request, sent to first token.
     """
-    running_at = _at((parts.get("deployed") or {}).get("running_at"))
-    first_token_at = _at(((parts.get("smoke") or {}).get("stream") or {}).get("first_token_at"))
+    deployed = parts.get("deployed") or {}
+    stream = (parts.get("smoke") or {}).get("stream") or {}
+    running_at = _at(deployed.get("running_at"))
+    first_token_at = _at(stream.get("first_token_at"))
 
     def since_trigger(moment: datetime | None) -> float | None:
         return round((moment - triggered_at).total_seconds(), 1) if moment and triggered_at else None
 
-    return {
+    timings: dict[str, Any] = {
         "triggered_at": triggered_at.isoformat() if triggered_at else None,
         "running_at": running_at.isoformat() if running_at else None,
         "first_token_at": first_token_at.isoformat() if first_token_at else None,
         "trigger_to_running_s": since_trigger(running_at),
         "trigger_to_first_token_s": since_trigger(first_token_at),
     }
+    if stream.get("ttft_s") is not None:
+        timings["first_token_s"] = stream["ttft_s"]
+    if isinstance(deployed.get("cold_start"), dict):  # a deploy that read its replicas (absent before)
+        timings["replicas"] = list(deployed["cold_start"].get("replicas") or [])
+        if deployed["cold_start"].get("note"):
+            timings["note"] = deployed["cold_start"]["note"]
+    return timings
 
 
 def build_record(

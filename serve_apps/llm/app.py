@@ -89,8 +89,12 @@ class LLMServer:
         from llm.model_location import resolve_model
 
         started = time.monotonic()
+        # load_format runai_streamer: vLLM's Run:ai streamer reads the staged s3:// prefix (or a local folder)
+        # straight into memory, so the weights are never copied to this node's disk
+        streamed = self.args.engine_args.get("load_format") == "runai_streamer"
         self.vllm_args = vllm_namespace(
-            resolve_model(self.args.model), self.args.served_model_name, self.args.vllm_options()
+            resolve_model(self.args.model, streamed=streamed), self.args.served_model_name,
+            self.args.vllm_options(),
         )
         engine_args = vllm_api("AsyncEngineArgs").from_cli_args(self.vllm_args)
         propagate = vllm_api("propagate_flash_late_interaction", optional=True)

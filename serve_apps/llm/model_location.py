@@ -35,14 +35,20 @@ class ModelLocationError(RuntimeError):
     """The model cannot be found or does not match what raylift staged (the message says what to do)."""
 
 
-def resolve_model(model: str) -> str:
-    """A local folder vLLM can load for ``model`` (see the module docstring)."""
+def resolve_model(model: str, *, streamed: bool = False) -> str:
+    """What vLLM loads for ``model`` (see the module docstring). ``streamed``: vLLM's Run:ai streamer
+    (``load_format: runai_streamer``) reads the staged ``s3://`` prefix itself, straight into memory, so
+    nothing is copied to this node's disk; the prefix is only checked to hold every staged file."""
     if not model.startswith("s3://"):
         return model
     bucket, _, prefix = model[5:].partition("/")
     prefix = prefix.strip("/")
     if not bucket or not prefix:
         raise ModelLocationError(f"Model {model!r} is not s3://bucket/prefix: point args.model at a staged model.")
+    if streamed:
+        check_staged(bucket, prefix)
+        log.info("model %s streamed by vLLM's Run:ai streamer from S3 (no copy on this node)", model)
+        return f"s3://{bucket}/{prefix}"
     mounted = find_mounted(bucket, prefix)
     if mounted is not None:
         log.info("model %s read from the mounted path %s", model, mounted)
@@ -125,15 +131,40 @@ def _manifest(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
     return {safe_rel(rel): entry for rel, entry in (manifest.get("files") or {}).items()}
 
 
-def _listing(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
-    files: dict[str, dict[str, Any]] = {}
+def _sizes(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
+    """``rel -> size`` of every object under the prefix (one paginated listing)."""
+    sizes: dict[str, int] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
         for obj in page.get("Contents") or []:
-            files[safe_rel(obj["Key"][len(prefix) + 1 :])] = {"size": obj["Size"]}
+            sizes[safe_rel(obj["Key"][len(prefix) + 1 :])] = int(obj["Size"])
+    return sizes
+
+
+def _listing(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
+    files = {rel: {"size": size} for rel, size in _sizes(s3, bucket, prefix).items()}
     if not files:
         raise ModelLocationError(f"s3://{bucket}/{prefix} holds no model files: stage the model first.")
     log.warning("s3://%s/%s has no %s: files are checked by size only", bucket, prefix, MANIFEST_NAME)
     return files
+
+
+def check_staged(bucket: str, prefix: str) -> None:
+    """Every file raylift's manifest names is under the prefix with its size (one listing; no byte of weights
+    read): a replica never streams a half-staged or replaced model. The staged prefix is content-addressed, so
+    the sizes and the complete manifest stand for the sha256 the download path checks."""
+    s3 = _client()
+    files = _manifest(s3, bucket, prefix)
+    listed = _sizes(s3, bucket, prefix)
+    wrong = []
+    for rel, entry in sorted(files.items()):
+        if rel not in listed:
+            wrong.append(f"{rel} missing")
+        elif listed[rel] != int(entry["size"]):
+            wrong.append(f"{rel} is {listed[rel]} bytes, staged {entry['size']}")
+    if wrong:
+        raise ModelLocationError(
+            f"s3://{bucket}/{prefix} does not hold the staged model ({', '.join(wrong[:5])}): re-run the stage step."
+        )
 
 
 @contextmanager

@@ -79,6 +79,23 @@ def test_object_that_differs_from_the_manifest_is_refused(staged: str) -> None:
         ml.resolve_model(staged)
 
 
+def test_a_streamed_model_is_checked_and_handed_to_vllm_as_its_s3_uri_with_nothing_on_disk(
+    staged: str, tmp_path: Path
+) -> None:
+    """load_format runai_streamer: vLLM's streamer reads the prefix itself; the replica only checks (one listing)
+    that every file of raylift's manifest is there with its size, and writes nothing."""
+    assert ml.resolve_model(staged + "/", streamed=True) == staged
+    assert not (tmp_path / "cache").exists()
+    key = staged.removeprefix(f"s3://{BUCKET}/")
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=BUCKET, Key=f"{key}/model.safetensors", Body=b"short")  # replaced after staging
+    with pytest.raises(ml.ModelLocationError, match=r"model.safetensors is 5 bytes, staged 3000\): re-run the stage"):
+        ml.resolve_model(staged, streamed=True)
+    s3.delete_object(Bucket=BUCKET, Key=f"{key}/sub/tokenizer.json")
+    with pytest.raises(ml.ModelLocationError, match=r"sub/tokenizer.json missing"):
+        ml.resolve_model(staged, streamed=True)
+
+
 def test_manifest_paths_that_escape_the_prefix_are_refused(staged: str) -> None:
     s3 = boto3.client("s3")
     key = f"{staged.removeprefix(f's3://{BUCKET}/')}/raylift-manifest.json"

@@ -83,6 +83,7 @@ def declared_vllm(text: str) -> DeclaredVllm | None:
     for words in pip_installs(instructions):
         for word in words:
             name, sep, version = _substitute(word, args).partition("==")
+            name = name.split("[", 1)[0]  # vllm[runai]: the extra does not change which vLLM
             if sep and normalise(name) in VLLM_DISTS:
                 found.add((normalise(name), version))
     base = base_image(text)

@@ -11,7 +11,7 @@ Ray head: the one thing that cannot run here.
   defers on the build trigger. The RayService is server-side applied to the stand-in, which does
   what KubeRay does with it: submits serveConfigV2 to the Ray cluster and reports Serve's statuses.
 - Both: the serve-app zip and the model are staged to S3 (moto) by the DAG, Ray fetches the zip as
-  the s3:// working_dir and the replica pulls the model from s3:// (serve_apps/llm/model_location.py).
+  the s3:// working_dir and the replica streams the model from s3:// (load_format runai_streamer).
 - Target options come from terraform-output-shaped JSON through tools/tf_outputs_to_airflow.py, the
   documented path; only the ports of the stand-in cluster are added.
 - Bad input: a model source in a bucket that does not exist fails stage_model naming the bucket, and
@@ -293,8 +293,62 @@ def serve_app(cloud: Cloud, name: str = "llm") -> dict[str, Any]:
     return apps.get(name) or {}
 
 
-def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud) -> None:
+# -- streaming from the stage: the oracle is plain vLLM on the same files, loaded its default way ----------------
+PLAIN_VLLM_PORT = PORT_BASE + 900  # not a port of the stack (bench/harness/local_stack.py: +1 to +500)
+GREEDY_PROMPTS = ["Hello, my name is", "The capital of France is", "1 2 3 4", "Once upon a time"]
+
+
+def greedy_texts(url: str, model: str) -> list[str]:
+    """Temperature-0 completions of GREEDY_PROMPTS, 16 tokens each."""
+    texts = []
+    for prompt in GREEDY_PROMPTS:
+        resp = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16,
+                                                        "temperature": 0}, timeout=60)  # fmt: skip
+        assert resp.status_code == 200, resp.text
+        texts.append(resp.json()["choices"][0]["text"])
+    return texts
+
+
+@pytest.fixture(scope="module")
+def plain_vllm_greedy(cloud: Cloud) -> list[str]:
+    """Plain vLLM's API server on the tiny model's files with llm-cpu.yaml's engine args and env, loading the weights
+    its default way (no streamer): its temperature-0 answers. Before any replica starts (one engine at a time)."""
+    from raylift.serve_config import load_config
+    from tests.serve_apps.models import RUNTIME_PYTHON
+    from tests.serve_apps.openai_conformance import running_plain_vllm
+
+    app = load_config(ROOT / "serve_apps/configs/llm-cpu.yaml")["applications"][0]
+    engine_args = {k: v for k, v in app["args"]["engine_args"].items() if k != "load_format"}
+    cmd = [str(RUNTIME_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_path()),
+           "--served-model-name", "plain", "--host", "127.0.0.1", "--port", str(PLAIN_VLLM_PORT)]
+    for key, value in engine_args.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    env = {**os.environ, **app["runtime_env"]["env_vars"]}
+    with running_plain_vllm(cmd, env, PLAIN_VLLM_PORT, cloud.stack.home / "plain-vllm.log") as url:
+        return greedy_texts(url, "plain")
+
+
+# The suite's other lane (tools/test.sh) runs beside this one; its tests stage the same tiny model into their own
+# temp folders, which no replica writes into.
+OTHER_LANES = [ROOT / "var/test-tmp/light", ROOT / "var/test-tmp/multi"]
+
+
+def weight_files_written_since(marker: Path, size: int) -> list[str]:
+    """Every file on the root filesystem modified after ``marker`` with the weight file's exact size: a copy of the
+    weights under any name (the other lane's temp folders left out)."""
+    prune = [arg for lane in OTHER_LANES for arg in ("-path", str(lane), "-o")][:-1]
+    found = subprocess.run(
+        ["find", "/", "-xdev", "(", *prune, ")", "-prune", "-o", "-newer", str(marker), "-type", "f", "-size",
+         f"{size}c", "-print"], capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    return sorted(found.stdout.split())
+
+
+def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud, plain_vllm_greedy: list[str]) -> None:
     url = cloud.stack.env["AWS_ENDPOINT_URL"]
+    marker = cloud.stack.home / "ecs-run-started"
+    marker.write_text("")
+    time.sleep(1.1)  # find -newer compares mtimes: anything written from here on is newer
     code, out = run_dag(cloud, "raylift_deploy", conf("ecs", cloud.ecs_options))
     assert code == 0, failure_lines(out)
 
@@ -324,9 +378,14 @@ def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud) -> No
     assert record["endpoint"] == cloud.serve_url
     assert record["smoke"]["chat"]["usage"]["completion_tokens"] > 0
     assert record["benchmark"]["overall"]["errors"] == 0 and record["benchmark"]["overall"]["output_tokens"] > 0
-    # the replica pulled the model into its node-local cache, verified
-    cached = Path(cloud.stack.env["RAYLIFT_MODEL_CACHE"]) / "raylift-ecs-models" / model_key
-    assert (cached / "model.safetensors").stat().st_size == manifest["files"]["model.safetensors"]["size"]
+    # the replica streamed the weights from the staged s3:// prefix (load_format runai_streamer): no weight file
+    # was written anywhere on this machine's disk while the run staged, deployed and served (the node-local
+    # cache of the download path stays empty), and its temperature-0 answers are plain vLLM's on the same files
+    assert app["deployed_app_config"]["args"]["engine_args"]["load_format"] == "runai_streamer"
+    weights = manifest["files"]["model.safetensors"]["size"]
+    assert not (Path(cloud.stack.env["RAYLIFT_MODEL_CACHE"]) / "raylift-ecs-models").exists()
+    assert weight_files_written_since(marker, weights) == []
+    assert greedy_texts(cloud.serve_url, "tiny-ecs") == plain_vllm_greedy
     assert chat(cloud.serve_url, "tiny-ecs").status_code == 200
 
 

@@ -133,6 +133,20 @@ def xcom(stack: LocalStack, task_id: str, key: str) -> Any:
 
 
 # -- 1. the good deploy -----------------------------------------------------------------------------
+def assert_cold_start_by_phase(cold: dict[str, Any], replicas: int) -> None:
+    """Each replica the deploy started has vLLM's own weight-load and engine-init timings (the profile logs vLLM at
+    INFO, the Run:ai streamer to stderr), and they fit in the replica's measured start (Ray's placement and runtime
+    env, then Serve's constructor), which fits in its start to the app's RUNNING."""
+    assert "note" not in cold, cold["note"]
+    assert len(cold["replicas"]) == replicas, cold["replicas"]
+    for replica in cold["replicas"]:
+        phases = replica["phases_s"]
+        assert {"placement_and_runtime_env", "replica_init", "weights_load", "engine_init"} <= set(phases), replica
+        assert 0 < phases["weights_load"] + phases["engine_init"] <= replica["total_s"] <= replica["to_running_s"], \
+            replica
+    assert cold["first_token_s"] > 0, cold  # the smoke test's streamed request
+
+
 def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     result = stack.dags_test("raylift_deploy", conf(replicas=REPLICAS))
     assert result.returncode == 0, stack.failure_lines(result)
@@ -153,6 +167,10 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     assert at["triggered_at"] < deployed_at <= at["running_at"] <= at["first_token_at"], (cold, deployed_at)
     assert at["first_token_at"] <= datetime.fromisoformat(record["written_at"]), cold
     assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold
+    # ... and by phase, per replica, from Ray's, Serve's and vLLM's own records (raylift.cold_start)
+    assert_cold_start_by_phase(cold, REPLICAS)
+    out = result.stdout + result.stderr
+    assert out.count("cold start of app 'llm', replica ") == REPLICAS, "one deploy task-log line per replica"
     # the endpoint is still serving after the run, and the cluster has the worker it asked for
     resp = chat(stack.serve_url)
     assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]
@@ -244,9 +262,13 @@ def test_report_of_the_good_run_is_reachable_from_the_benchmark_task(stack: Loca
     # every run is costed: this machine's nodes as Ray counts them (head + worker), free unless declared
     cost = stack.run_records()[-1]["benchmark"]["cost"]
     assert cost["nodes"] == {"local": 2} and cost["usd_per_hour"] == 0.0, cost
-    assert "USD per 10⁶ output tokens" in (folder / "benchmark.html").read_text()
-    # without an api-server the demo names the file
-    assert f"report:    {folder / 'benchmark.html'}" in demo_summary(stack)
+    page = (folder / "benchmark.html").read_text()
+    assert "USD per 10⁶ output tokens" in page
+    assert '<table id="cold-start"' in page and "engine_init" in page  # the deploy's replicas by phase
+    # without an api-server the demo names the file; it shows the cold start by phase
+    summary = demo_summary(stack)
+    assert f"report:    {folder / 'benchmark.html'}" in summary
+    assert "by phase (seconds" in summary and "  engine_init " in summary, summary
 
 
 def test_extra_link_resolves_on_the_api_server(stack: LocalStack, plugin_server: tuple[str, Any]) -> None:

@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,6 +296,9 @@ def plain_vllm_command(model: Path, port: int, app: dict[str, Any]) -> tuple[lis
         "--override-generation-config", json.dumps({"max_new_tokens": args["default_max_tokens"]}),
     ]
     options = {**args.get("frontend_args", {}), **FRONTEND_ARGS, **args["engine_args"], **ENGINE_ARGS}
+    # plain vLLM loads the files its default way; the app streams them (load_format runai_streamer): the same
+    # answers then also say the streamer loaded the same weights
+    options.pop("load_format", None)
     for key, value in options.items():
         flag = f"--{key.replace('_', '-')}"
         if value is True:
@@ -307,6 +312,13 @@ def plain_vllm_command(model: Path, port: int, app: dict[str, Any]) -> tuple[lis
 def record_plain_vllm(model: Path, port: int, app: dict[str, Any], log: Path) -> dict[str, dict[str, Any]]:
     """Start plain vLLM, record every request's effect, stop it (one engine at a time on this box)."""
     cmd, env = plain_vllm_command(model, port, app)
+    with running_plain_vllm(cmd, env, port, log) as base:
+        return record(base)
+
+
+@contextmanager
+def running_plain_vllm(cmd: list[str], env: dict[str, str], port: int, log: Path) -> Iterator[str]:
+    """Plain vLLM's API server from ``cmd`` until it answers ``/health``; its URL; stopped (its session) after."""
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -322,7 +334,7 @@ def record_plain_vllm(model: Path, port: int, app: dict[str, Any], log: Path) ->
             time.sleep(2)
         else:
             raise TimeoutError(f"plain vLLM not up in 300 s: {log.read_text()[-3000:]}")
-        return record(f"http://127.0.0.1:{port}")
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:

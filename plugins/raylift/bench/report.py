@@ -371,6 +371,25 @@ def comparison_html(result: Mapping[str, Any], comparison: Mapping[str, Any] | N
     return "\n".join(part for part in out if part)
 
 
+def cold_start_html(cold: Mapping[str, Any] | None) -> str:
+    """The cold start of each replica the deploy started, by phase (``raylift.cold_start``: Ray's placement, Serve's
+    constructor, vLLM's own timings; ``-`` where a replica's logs did not print a phase). Empty without one."""
+    from raylift.cold_start import LABELS, table_rows
+
+    cold = cold or {}
+    replicas = list(cold.get("replicas") or [])
+    if not replicas:
+        return ""
+    head, body = table_rows(replicas)
+    header = "".join(f'<th title="{html.escape(LABELS.get(h, h))}">{html.escape(h)}</th>' for h in head)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in body)
+    legend = "".join(f"<li><code>{html.escape(h)}</code>: {html.escape(LABELS[h])}</li>" for h in head if h in LABELS)
+    return (f'<h2>Cold start by phase (seconds)</h2>\n<p>each replica of app {html.escape(str(cold.get("app", "-")))} '
+            "this deploy started; a phase is shown only where Ray, Serve, the app or vLLM timed it; outer spans "
+            f'contain inner ones</p>\n<table id="cold-start" border="1" cellpadding="4"><tr>{header}</tr>{rows}'
+            f"</table>\n<ul>{legend}</ul>")
+
+
 def report_title(result: Mapping[str, Any]) -> str:
     """The page title: app, model and target, so a tab or a saved file says what was measured."""
     return (f"raylift benchmark: app {result.get('app', '-')}, model {result.get('model', '-')}, "
@@ -378,9 +397,11 @@ def report_title(result: Mapping[str, Any]) -> str:
 
 
 def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *, title: str,
-               peers: Sequence[Mapping[str, Any]] = (), comparison: Mapping[str, Any] | None = None) -> Path:
+               peers: Sequence[Mapping[str, Any]] = (), comparison: Mapping[str, Any] | None = None,
+               cold_start: Mapping[str, Any] | None = None) -> Path:
     """One HTML file with the table and the PNGs inlined (base64), viewable without a web server; with
-    ``comparison`` (:func:`write_report`) its section after the table."""
+    ``comparison`` (:func:`write_report`) its section after the table; with ``cold_start`` (the deploy's
+    ``cold_start.json``) its table before the cost."""
     figures = "\n".join(
         f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
         for p in images
@@ -408,6 +429,7 @@ started {html.escape(str(result.get("started_at", "")))}</p>
 <pre>{html.escape(format_table(result))}</pre>
 {sweep_html(result)}
 {judgement}{section}
+{cold_start_html(cold_start)}
 {cost_html(result, peers)}
 {figures}
 </body></html>
@@ -424,13 +446,15 @@ def write_report(
     history: Sequence[Mapping[str, Any]] | None = None,
     peers: Sequence[Mapping[str, Any]] = (),
     comparison: Mapping[str, Any] | None = None,
+    cold_start: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``<name>.json``, ``<name>.csv``, the PNGs and ``<name>.html`` under ``out_dir``.
 
     ``history`` (earlier results, oldest first; this run is appended if not last) adds the run-history
     plot. ``comparison`` (``{"baseline": the baseline arm's result or None, "judgement": Judgement.as_dict()
     or None, "release": the release decision or None}``, any of them missing) adds the comparison section
-    (:func:`comparison_html`) and, with a baseline, the candidate-vs-baseline plot. Returns the paths by kind:
+    (:func:`comparison_html`) and, with a baseline, the candidate-vs-baseline plot. ``cold_start`` (the deploy's
+    replicas by phase) adds its table (:func:`cold_start_html`). Returns the paths by kind:
     json, csv, latency_png, throughput_png, [history_png], [comparison_png], html.
     """
     out = Path(out_dir)
@@ -452,7 +476,7 @@ def write_report(
     images = [p for key, p in paths.items() if key.endswith("_png")]
     paths["html"] = write_html(result, images, out / f"{name}.html",
                                title=report_title(result) if result.get("app") else f"raylift benchmark: {name}",
-                               peers=peers, comparison=comparison)
+                               peers=peers, comparison=comparison, cold_start=cold_start)
     return paths
 
 
@@ -498,10 +522,12 @@ def write_run_report(
     peers: Sequence[Mapping[str, Any]] = (), comparison: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """Write the report files (:func:`write_report`, ``comparison`` included) into ``run_prefix`` of a model
-    store (a local directory or S3); returns the store key of each file by kind."""
+    store (a local directory or S3), with the deploy's ``cold_start.json`` of the run where there is one; returns
+    the store key of each file by kind."""
+    cold_start = store.read_json(f"{run_prefix}/cold_start.json")
     with tempfile.TemporaryDirectory(prefix="raylift-report-") as tmp:
         paths = write_report(result, tmp, history=[*history, result] if history else None, peers=peers,
-                             comparison=comparison)
+                             comparison=comparison, cold_start=cold_start)
         keys = {}
         for kind, path in paths.items():
             keys[kind] = f"{run_prefix}/{path.name}"

@@ -385,6 +385,8 @@ class ServeDeployOperator(TargetOperator):
                 "baseline_scale": plan.baseline_scale,
                 "lent": plan.lent,
             })
+            out["cold_start"] = self.collect_cold_start(str(plan.canary["name"]), running_at.timestamp(),
+                                                       context["run_id"])
             return out
         dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
         if dark_since:
@@ -392,4 +394,52 @@ class ServeDeployOperator(TargetOperator):
                 "stop-before-start: app %r was dark (or short of replicas) for up to %.0f s, from the config "
                 "change to RUNNING", self.app_name, running_at.timestamp() - float(dark_since),
             )
+        out["cold_start"] = self.collect_cold_start(name, running_at.timestamp(), context["run_id"])
         return out
+
+    def collect_cold_start(self, app_name: str, running_at: float, run_id: str) -> dict[str, Any]:
+        """Each replica this deploy started, by phase (``raylift.cold_start``: Ray's placement, Serve's constructor,
+        vLLM's own timings), one task-log line each, also kept as the run's ``cold_start.json`` (the benchmark
+        report's table). Only observed: a cluster or log that cannot be read leaves a ``note``; the deploy stands."""
+        cold = self._read_cold_start(app_name, running_at)
+        from raylift.deploy_state import run_key
+
+        try:
+            self.state_for(str(self.app_name)).store.write_json(f"{run_key(run_id)}/cold_start.json", cold)
+        except Exception as exc:  # the XCom still has it
+            self.log.warning("cold_start.json not written (%s: %s)", type(exc).__name__, exc)
+        return cold
+
+    def _read_cold_start(self, app_name: str, running_at: float) -> dict[str, Any]:
+        from raylift.cold_start import new_replicas, replica_cold_start, summary_line
+        from raylift.hooks.ray_replica_logs import ReplicaLogReader
+
+        # the targets that reach Serve through a Ray dashboard (raylift.targets.serve_control) have one
+        serve_dashboard = getattr(self.target_impl, "serve_dashboard", None)
+        try:
+            dashboard = serve_dashboard() if serve_dashboard is not None else None
+        except NotImplementedError:
+            dashboard = None
+        if dashboard is None:
+            return {"app": app_name, "replicas": [], "note": "this target has no Ray dashboard to read replicas from"}
+        replicas: list[dict[str, Any]] = []
+        try:
+            app = (dashboard.serve_applications().get("applications") or {}).get(app_name) or {}
+            reader = ReplicaLogReader(dashboard)
+            for replica in new_replicas(app, float(app.get("last_deployed_time_s") or 0)):
+                actor_id, node_id = str(replica.get("actor_id") or ""), str(replica.get("node_id") or "")
+                log_file = str(replica.get("log_file_path") or "")
+                replicas.append(replica_cold_start(
+                    replica, actor=reader.actor(actor_id) if actor_id else None,
+                    worker_log=reader.worker_log(actor_id) if actor_id else "",
+                    serve_log=reader.serve_log(node_id, log_file) if node_id and log_file else "",
+                    running_at=running_at))
+        except Exception as exc:  # observation only: the app is RUNNING whatever its logs say
+            self.log.warning("cold start of app %r not read (%s: %s); the deploy stands", app_name,
+                             type(exc).__name__, exc)
+            return {"app": app_name, "replicas": replicas, "note": f"not read: {type(exc).__name__}: {exc}"}
+        if not replicas:
+            self.log.info("cold start: no replica of app %r was started by this deploy", app_name)
+        for replica in replicas:
+            self.log.info("cold start of app %r, %s", app_name, summary_line(replica))
+        return {"app": app_name, "replicas": replicas}
