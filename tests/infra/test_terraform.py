@@ -120,8 +120,8 @@ def test_airflow_policy_narrows_its_wildcards() -> None:
     assert _load("modules/airflow_iam").variables["metric_namespace"]["default"] == '"raylift"'
     # "*" only where the API has no resource-level permissions, or narrowed by a condition
     unconditioned = {a for s in statements if '"*"' in s.get("resources", []) and "condition" not in s for a in s["actions"]}
-    assert unconditioned == {'"application-autoscaling:DescribeScalableTargets"', '"ec2:DescribeInstanceTypes"',
-                             '"ec2:DescribeInstances"', '"ecs:DescribeTaskDefinition"'}
+    assert unconditioned == {'"application-autoscaling:DescribeScalableTargets"', '"autoscaling:DescribeAutoScalingGroups"',
+                             '"ec2:DescribeInstanceTypes"', '"ec2:DescribeInstances"', '"ecs:DescribeTaskDefinition"'}
 
 
 def test_model_bucket_is_versioned_encrypted_tiered_and_private() -> None:
