@@ -109,8 +109,9 @@ def _client() -> Any:
     return boto3.client("s3")
 
 
-def _manifest(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
-    """``rel -> {size, sha256?}``: raylift's manifest, else (a prefix raylift did not stage) the listing."""
+def _manifest(s3: Any, bucket: str, prefix: str, sizes: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """``rel -> {size, sha256?}``: raylift's manifest, else (a prefix raylift did not stage) the listing (``sizes``
+    when the caller has listed the prefix already)."""
     from botocore.exceptions import ClientError
 
     try:
@@ -122,7 +123,7 @@ def _manifest(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
                 f"Cannot read s3://{bucket}/{prefix}/{MANIFEST_NAME} ({code}): check the replica's AWS "
                 "credentials (task/pod role) and the bucket name."
             ) from None
-        return _listing(s3, bucket, prefix)
+        return _listing(s3, bucket, prefix, sizes)
     manifest = json.loads(body)
     if manifest.get("complete") is False:
         raise ModelLocationError(
@@ -140,8 +141,9 @@ def _sizes(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
     return sizes
 
 
-def _listing(s3: Any, bucket: str, prefix: str) -> dict[str, dict[str, Any]]:
-    files = {rel: {"size": size} for rel, size in _sizes(s3, bucket, prefix).items()}
+def _listing(s3: Any, bucket: str, prefix: str, sizes: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    listed = _sizes(s3, bucket, prefix) if sizes is None else sizes
+    files = {rel: {"size": size} for rel, size in listed.items()}
     if not files:
         raise ModelLocationError(f"s3://{bucket}/{prefix} holds no model files: stage the model first.")
     log.warning("s3://%s/%s has no %s: files are checked by size only", bucket, prefix, MANIFEST_NAME)
@@ -153,8 +155,8 @@ def check_staged(bucket: str, prefix: str) -> None:
     read): a replica never streams a half-staged or replaced model. The staged prefix is content-addressed, so
     the sizes and the complete manifest stand for the sha256 the download path checks."""
     s3 = _client()
-    files = _manifest(s3, bucket, prefix)
     listed = _sizes(s3, bucket, prefix)
+    files = _manifest(s3, bucket, prefix, listed)
     wrong = []
     for rel, entry in sorted(files.items()):
         if rel not in listed:

@@ -311,21 +311,17 @@ def greedy_texts(url: str, model: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def plain_vllm_greedy(cloud: Cloud) -> list[str]:
-    """Plain vLLM's API server on the tiny model's files with llm-cpu.yaml's engine args and env, loading the weights
-    its default way (no streamer): its temperature-0 answers. Before any replica starts (one engine at a time)."""
+    """Plain vLLM's API server on the tiny model's files with llm-cpu.yaml's options and env, loading the weights its
+    default way (the conformance comparison's command: no streamer): its temperature-0 answers. Before any replica
+    starts (one engine at a time)."""
     from raylift.serve_config import load_config
-    from tests.serve_apps.models import RUNTIME_PYTHON
-    from tests.serve_apps.openai_conformance import running_plain_vllm
+    from tests.serve_apps import openai_conformance as oc
 
     app = load_config(ROOT / "serve_apps/configs/llm-cpu.yaml")["applications"][0]
-    engine_args = {k: v for k, v in app["args"]["engine_args"].items() if k != "load_format"}
-    cmd = [str(RUNTIME_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_path()),
-           "--served-model-name", "plain", "--host", "127.0.0.1", "--port", str(PLAIN_VLLM_PORT)]
-    for key, value in engine_args.items():
-        cmd += [f"--{key.replace('_', '-')}", str(value)]
-    env = {**os.environ, **app["runtime_env"]["env_vars"]}
-    with running_plain_vllm(cmd, env, PLAIN_VLLM_PORT, cloud.stack.home / "plain-vllm.log") as url:
-        return greedy_texts(url, "plain")
+    cmd, env = oc.plain_vllm_command(tiny_model_path(), PLAIN_VLLM_PORT, app)
+    assert "--load-format" not in cmd
+    with oc.running_plain_vllm(cmd, env, PLAIN_VLLM_PORT, cloud.stack.home / "plain-vllm.log") as url:
+        return greedy_texts(url, oc.MODEL)
 
 
 # The suite's other lane (tools/test.sh) runs beside this one; its tests stage the same tiny model into their own
