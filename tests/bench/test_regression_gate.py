@@ -1,11 +1,12 @@
 """The regression judgement's error rates, measured against the stub server with a known per-request
 delay distribution, at the default Params (confidence, tolerance, requests per level).
 
-Three stubs: two unchanged (TTFT 40 ms, ITL 6 ms, each request's TTFT and ITL times its own lognormal
-factor, sigma 0.3) and a candidate 30 % slower (every delay x 1.3). Each round benchmarks the three at
+Four stubs: three unchanged (TTFT 40 ms, ITL 6 ms, each request's TTFT and ITL times its own lognormal
+factor, sigma 0.3) and a candidate 30 % slower (every delay x 1.3). Each round benchmarks the four at
 once, like a canary analysis runs baseline and canary side by side, so a busy moment of this shared
-machine falls on both samples of a comparison alike; 200 rounds give 200 comparisons of two unchanged
-runs (false regressions) and 200 of an unchanged against the slow one (detections).
+machine falls on both samples of a comparison alike. A round gives three comparisons of two unchanged runs
+(false regressions: each pair of the three) and three of an unchanged against the slow one (detections):
+80 rounds, 240 of each, from 320 benchmarks (two stubs per comparison took 600 for 200 of each, 228 s).
 
 Then the gate where evidence is missing, on real benchmarks of the stub: a level cut off by the time limit,
 too few requests per level, and a request cut off beside finished ones (no pass by absence).
@@ -31,7 +32,7 @@ from raylift.config import (
     REGRESSION_MIN_REQUESTS,
 )
 
-ROUNDS = 200
+ROUNDS = 80
 # delays long against a busy machine's stalls: "regressed" needs the whole interval beyond +10 %, which two
 # unchanged stubs reach only when the machine makes one of them late; at 20 ms / 3 ms a CI run beside the
 # heavy lane (load 9.8) saw 5.5 % of unchanged pairs judged regressed, every one on TTFT or TPOT
@@ -60,19 +61,19 @@ def _judge(new: dict[str, Any], base: dict[str, Any]) -> Any:
 def test_false_regression_rate_and_detection_power_at_the_defaults() -> None:
     t0 = time.monotonic()
     with ExitStack() as stack:
-        urls = [_stub(stack, 1.0, 1), _stub(stack, 1.0, 2), _stub(stack, SLOWDOWN, 3)]
+        urls = [_stub(stack, 1.0, 1), _stub(stack, 1.0, 2), _stub(stack, 1.0, 3), _stub(stack, SLOWDOWN, 4)]
         rounds = [asyncio.run(_round(urls)) for _ in range(ROUNDS)]
     bench_s = time.monotonic() - t0
-    unchanged = [_judge(b, a) for a, b, _ in rounds]
-    slowed = [_judge(s, a) for a, _, s in rounds]
-    false_rate = sum(j.verdict == "regressed" for j in unchanged) / ROUNDS
-    caught = sum(j.verdict == "regressed" for j in slowed) / ROUNDS
+    unchanged = [_judge(new, base) for a, b, c, _ in rounds for base, new in ((a, b), (a, c), (b, c))]
+    slowed = [_judge(s, base) for *bases, s in rounds for base in bases]
+    false_rate = sum(j.verdict == "regressed" for j in unchanged) / len(unchanged)
+    caught = sum(j.verdict == "regressed" for j in slowed) / len(slowed)
     which = collections.Counter(m.metric for j in unchanged for m in j.metrics if m.verdict == "regressed")
-    summary = (f"{ROUNDS} comparisons each at confidence {DEFAULT_REGRESSION_CONFIDENCE}, tolerance "
+    summary = (f"{len(unchanged)} comparisons each at confidence {DEFAULT_REGRESSION_CONFIDENCE}, tolerance "
                f"{DEFAULT_MAX_REGRESSION}, {DEFAULT_REQUESTS_PER_LEVEL} requests per level: unchanged runs judged "
                f"regressed {false_rate:.1%} (metrics: {dict(which)}), inconclusive "
-               f"{sum(j.verdict == 'inconclusive' for j in unchanged) / ROUNDS:.1%}; 30 % slowdown caught "
-               f"{caught:.1%}, inconclusive {sum(j.verdict == 'inconclusive' for j in slowed) / ROUNDS:.1%} "
+               f"{sum(j.verdict == 'inconclusive' for j in unchanged) / len(unchanged):.1%}; 30 % slowdown caught "
+               f"{caught:.1%}, inconclusive {sum(j.verdict == 'inconclusive' for j in slowed) / len(slowed):.1%} "
                f"(benchmarks {bench_s:.0f} s, all {time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f})")
     print(summary)
     # no request failed: the rates are about timing, not errors

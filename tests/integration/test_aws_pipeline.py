@@ -42,6 +42,8 @@ from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster
 from bench.harness.moto_server import aws_env, reset
 from tests.aws.moto_resources import tool_target_options
 from tests.fixtures.kube_api import KubeApiStandIn, RayOperator, kube_api_standin
+from tests.integration.conftest import PlainVllm
+from tests.serve_apps import openai_conformance as oc
 
 pytestmark = pytest.mark.integration
 
@@ -294,34 +296,7 @@ def serve_app(cloud: Cloud, name: str = "llm") -> dict[str, Any]:
 
 
 # -- streaming from the stage: the oracle is plain vLLM on the same files, loaded its default way ----------------
-PLAIN_VLLM_PORT = PORT_BASE + 900  # not a port of the stack (bench/harness/local_stack.py: +1 to +500)
-GREEDY_PROMPTS = ["Hello, my name is", "The capital of France is", "1 2 3 4", "Once upon a time"]
-
-
-def greedy_texts(url: str, model: str) -> list[str]:
-    """Temperature-0 completions of GREEDY_PROMPTS, 16 tokens each."""
-    texts = []
-    for prompt in GREEDY_PROMPTS:
-        resp = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16,
-                                                        "temperature": 0}, timeout=60)  # fmt: skip
-        assert resp.status_code == 200, resp.text
-        texts.append(resp.json()["choices"][0]["text"])
-    return texts
-
-
-@pytest.fixture(scope="module")
-def plain_vllm_greedy(cloud: Cloud) -> list[str]:
-    """Plain vLLM's API server on the tiny model's files with llm-cpu.yaml's options and env, loading the weights its
-    default way (the conformance comparison's command: no streamer): its temperature-0 answers. Before any replica
-    starts (one engine at a time)."""
-    from raylift.serve_config import load_config
-    from tests.serve_apps import openai_conformance as oc
-
-    app = load_config(ROOT / "serve_apps/configs/llm-cpu.yaml")["applications"][0]
-    cmd, env = oc.plain_vllm_command(tiny_model_path(), PLAIN_VLLM_PORT, app)
-    assert "--load-format" not in cmd
-    with oc.running_plain_vllm(cmd, env, PLAIN_VLLM_PORT, cloud.stack.home / "plain-vllm.log") as url:
-        return greedy_texts(url, oc.MODEL)
+# (tests/integration/conftest.py: plain_vllm, recorded once for this module and test_serve_apps)
 
 
 # The suite's other lane (tools/test.sh) runs beside this one; its tests stage the same tiny model into their own
@@ -340,7 +315,7 @@ def weight_files_written_since(marker: Path, size: int) -> list[str]:
     return sorted(found.stdout.split())
 
 
-def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud, plain_vllm_greedy: list[str]) -> None:
+def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud, plain_vllm: PlainVllm) -> None:
     url = cloud.stack.env["AWS_ENDPOINT_URL"]
     marker = cloud.stack.home / "ecs-run-started"
     marker.write_text("")
@@ -381,7 +356,7 @@ def test_ecs_deploy_through_cloud_map_and_the_serve_rest_api(cloud: Cloud, plain
     weights = manifest["files"]["model.safetensors"]["size"]
     assert not (Path(cloud.stack.env["RAYLIFT_MODEL_CACHE"]) / "raylift-ecs-models").exists()
     assert weight_files_written_since(marker, weights) == []
-    assert greedy_texts(cloud.serve_url, "tiny-ecs") == plain_vllm_greedy
+    assert oc.greedy_texts(cloud.serve_url, "tiny-ecs") == plain_vllm.greedy
     assert chat(cloud.serve_url, "tiny-ecs").status_code == 200
 
 

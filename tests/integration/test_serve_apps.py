@@ -23,13 +23,13 @@ import httpx
 import pytest
 
 from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
+from tests.integration.conftest import PlainVllm
 from tests.serve_apps import openai_conformance as oc
 from tests.serve_apps.models import RUNTIME_PYTHON, tiny_gguf_dir, tiny_t5_path
 
 pytestmark = pytest.mark.integration
 
 PORT_BASE = 27000
-PLAIN_VLLM_PORT = 30100  # plain vLLM, for the conformance comparison (stopped before the app deploys)
 SEED_AUTOSCALING = {  # the KubeRay seed's Serve autoscaling settings
     "target_ongoing_requests": 2,
     "max_ongoing_requests": 5,
@@ -252,15 +252,9 @@ def test_rolling_update_under_load_has_zero_failed_requests(stack: LocalStack) -
 
 
 @pytest.fixture(scope="module")
-def plain_vllm_answers(stack: LocalStack) -> dict:
-    """Plain vLLM's answers to the conformance list, recorded first; its server is stopped after."""
-    from raylift.serve_config import load_config
-
-    app = load_config(ROOT / "serve_apps/configs/llm-cpu.yaml")["applications"][0]
-    started = time.monotonic()
-    answers = oc.record_plain_vllm(tiny_model_path(), PLAIN_VLLM_PORT, app, stack.home / "plain-vllm.log")
-    print(f"plain vLLM: started, {len(answers)} requests recorded, stopped in {time.monotonic() - started:.1f}s")
-    return answers
+def plain_vllm_answers(stack: LocalStack, plain_vllm: PlainVllm) -> dict:
+    """Plain vLLM's answers to the conformance list (tests/integration/conftest.py: recorded once, server stopped)."""
+    return plain_vllm.answers
 
 
 @pytest.fixture(scope="module")

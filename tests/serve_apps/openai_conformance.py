@@ -309,11 +309,18 @@ def plain_vllm_command(model: Path, port: int, app: dict[str, Any]) -> tuple[lis
     return cmd, env
 
 
-def record_plain_vllm(model: Path, port: int, app: dict[str, Any], log: Path) -> dict[str, dict[str, Any]]:
-    """Start plain vLLM, record every request's effect, stop it (one engine at a time on this box)."""
-    cmd, env = plain_vllm_command(model, port, app)
-    with running_plain_vllm(cmd, env, port, log) as base:
-        return record(base)
+GREEDY_PROMPTS = ["Hello, my name is", "The capital of France is", "1 2 3 4", "Once upon a time"]
+
+
+def greedy_texts(url: str, model: str) -> list[str]:
+    """Temperature-0 completions of GREEDY_PROMPTS, 16 tokens each."""
+    texts = []
+    for prompt in GREEDY_PROMPTS:
+        resp = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16,
+                                                        "temperature": 0}, timeout=60)  # fmt: skip
+        assert resp.status_code == 200, resp.text
+        texts.append(resp.json()["choices"][0]["text"])
+    return texts
 
 
 @contextmanager
