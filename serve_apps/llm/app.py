@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 import types
 from typing import Any
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
 from llm.vllm_options import CALL_ARGS, SERVING_STATE, VLLM_API, accepted, call_vllm, vllm_api, vllm_namespace
+from llm.warmup_cache import prepare as prepare_warmup_cache
 
 __all__ = ["VLLM_API", "LLMArgs", "LLMServer", "build_app", "vllm_api", "vllm_namespace"]
 
@@ -58,6 +60,13 @@ class LLMArgs(BaseModel):
         description="The most output tokens any request gets (vLLM's override_generation_config.max_new_tokens, "
         "a server-wide limit in vLLM): max_tokens of a request that names none, and the cap of one asking for "
         "more (its min_tokens above it is a 400). None = vLLM's default, the rest of the context",
+    )
+    warmup_cache: bool = Field(
+        default=True,
+        description="Stage the engine's warm-up: before the engine starts, fetch the compile cache of this vLLM, model, "
+        "compile-relevant engine args and hardware from the store beside the staged model (``warmup-cache/<key>/``, "
+        "checked by sha256; a bad or stale one is ignored with a log line), and publish it after a cold start. "
+        "False = vLLM's own local caches only",
     )
     fail_on_start: str | None = Field(default=None, description="Testing aid: raise this at start-up")
 
@@ -89,6 +98,8 @@ class LLMServer:
         from llm.model_location import resolve_model
 
         started = time.monotonic()
+        # before vLLM is imported: the cache folders are env vars its engine processes inherit
+        warmup = prepare_warmup_cache(self.args.model, self.args.engine_args) if self.args.warmup_cache else None
         # load_format runai_streamer: vLLM's Run:ai streamer reads the staged s3:// prefix (or a local folder)
         # straight into memory, so the weights are never copied to this node's disk
         streamed = self.args.engine_args.get("load_format") == "runai_streamer"
@@ -107,6 +118,8 @@ class LLMServer:
             call_vllm("build_engine_client", {"engine_args": engine_args})
         )
         log.info("vLLM engine for %s ready in %.1fs", self.args.served_model_name, time.monotonic() - started)
+        if warmup is not None and not warmup.found:  # the first replica of this key: publish while serving
+            threading.Thread(target=warmup.publish, name="warmup-cache-publish", daemon=True).start()
 
     async def __serve_build_asgi_app__(self) -> Any:
         """vLLM's API-server app with its serving state, exactly as its launcher builds it."""

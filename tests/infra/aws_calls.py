@@ -87,7 +87,7 @@ def load(path: Path) -> list[dict[str, Any]]:
 # The IAM test used to run the moto-backed tests a second time in a child pytest (4.5 min of CPU beside the
 # heavy part). When the same pytest run collects all of them, unfiltered, the recorder is installed in that
 # run instead and the IAM tests are moved after them; any other selection falls back to the child run.
-RECORDED_TESTS = ("tests/aws", "tests/hooks", "tests/targets", "tests/triggers")
+RECORDED_TESTS = ("tests/aws", "tests/hooks", "tests/serve_apps", "tests/targets", "tests/triggers")
 IAM_TESTS = "tests/infra/test_iam_from_calls.py"
 _SESSION_LOG: Path | None = None  # set by plan_in_session: the log file of this run's recording
 

@@ -82,9 +82,18 @@ data "aws_iam_policy_document" "task" {
     resources = ["${var.model_bucket_arn}/*"]
   }
 
+  # the staged warm-up (serve_apps/llm/warmup_cache.py): a key's first replica publishes the engine's compile cache
+  # beside the staged models (<store>/warmup-cache/<key>/: a tarball, then metadata.json written If-None-Match),
+  # and a replica that lost that race deletes its own tarball
+  statement {
+    sid       = "WriteWarmupCache"
+    actions   = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+    resources = ["${var.model_bucket_arn}/*warmup-cache/*"]
+  }
+
   statement {
     sid       = "DecryptModels"
-    actions   = ["kms:Decrypt"]
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
     resources = [var.model_bucket_kms_key_arn]
     condition {
       test     = "StringEquals"
