@@ -103,7 +103,8 @@ def _complete_by_size(folder: Path) -> bool:
 
 
 # -- download into the cache ----------------------------------------------------------------------
-def _client() -> Any:
+def s3_client() -> Any:
+    """S3 from the usual AWS chain (``AWS_ENDPOINT_URL`` included): the replica's one way to the store."""
     import boto3
 
     return boto3.client("s3")
@@ -154,7 +155,7 @@ def check_staged(bucket: str, prefix: str) -> None:
     """Every file raylift's manifest names is under the prefix with its size (one listing; no byte of weights
     read): a replica never streams a half-staged or replaced model. The staged prefix is content-addressed, so
     the sizes and the complete manifest stand for the sha256 the download path checks."""
-    s3 = _client()
+    s3 = s3_client()
     listed = _sizes(s3, bucket, prefix)
     files = _manifest(s3, bucket, prefix, listed)
     wrong = []
@@ -170,8 +171,9 @@ def check_staged(bucket: str, prefix: str) -> None:
 
 
 @contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """One downloader per model folder on this node (replicas start side by side)."""
+def node_lock(folder: Path) -> Iterator[None]:
+    """One replica at a time works in ``folder`` on this node (replicas start side by side): a model download,
+    a warm-up cache restore."""
     folder.mkdir(parents=True, exist_ok=True)
     with (folder.parent / f".{folder.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -186,9 +188,9 @@ def download(bucket: str, prefix: str, root: Path) -> Path:
     folder = (root / bucket / prefix).resolve()
     if root.resolve() not in folder.parents:
         raise ModelLocationError(f"Refusing s3://{bucket}/{prefix}: it would land outside {root}.")
-    s3 = _client()
+    s3 = s3_client()
     files = _manifest(s3, bucket, prefix)
-    with _locked(folder):
+    with node_lock(folder):
         verified_path = folder / VERIFIED_NAME
         try:
             verified: dict[str, list[Any]] = json.loads(verified_path.read_text())

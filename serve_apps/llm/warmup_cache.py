@@ -29,7 +29,6 @@ Runs in the replica (Ray's runtime env, where raylift is not installed): standar
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -42,13 +41,13 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from llm import manifest
+from llm.model_location import node_lock, s3_client
 
 log = logging.getLogger("ray.serve")
 
@@ -114,16 +113,11 @@ class S3Store:
     def where(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}/"
 
-    def _client(self) -> Any:
-        import boto3
-
-        return boto3.client("s3")
-
     def read(self, name: str) -> bytes | None:
         from botocore.exceptions import ClientError
 
         try:
-            body: bytes = self._client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")["Body"].read()
+            body: bytes = s3_client().get_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")["Body"].read()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
@@ -131,16 +125,16 @@ class S3Store:
         return body
 
     def fetch(self, name: str, dest: Path) -> None:
-        self._client().download_file(self.bucket, f"{self.prefix}/{name}", str(dest))
+        s3_client().download_file(self.bucket, f"{self.prefix}/{name}", str(dest))
 
     def put(self, name: str, path: Path) -> None:
-        self._client().upload_file(str(path), self.bucket, f"{self.prefix}/{name}")
+        s3_client().upload_file(str(path), self.bucket, f"{self.prefix}/{name}")
 
     def create(self, name: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
         try:
-            self._client().put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data, IfNoneMatch="*")
+            s3_client().put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data, IfNoneMatch="*")
         except ClientError as exc:  # 412: there is one; 409: a concurrent conditional write won
             if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
                 return False
@@ -148,7 +142,7 @@ class S3Store:
         return True
 
     def delete(self, name: str) -> None:
-        self._client().delete_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")
+        s3_client().delete_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")
 
 
 @dataclass(frozen=True)
@@ -321,7 +315,7 @@ class WarmupCache:
             log.info("warm-up cache %s: none in %s yet; this replica compiles and publishes it", short, self.store.where)
             return False
         self.found = True
-        with _locked(self.workdir):
+        with node_lock(self.workdir):  # one restorer per node
             try:
                 tarball, sha = self._check(raw)
                 if self._marked(sha):
@@ -457,17 +451,6 @@ def node_workdir(key: CacheKey, root: Path | None = None) -> Path:
     workdir = root / "node"
     workdir.mkdir(parents=True, exist_ok=True)
     return workdir
-
-
-@contextmanager
-def _locked(workdir: Path) -> Iterator[None]:
-    """One restorer per node (replicas start side by side)."""
-    with (workdir.parent / f".{workdir.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def compiles_nothing(engine_args: Mapping[str, Any]) -> bool:

@@ -78,13 +78,9 @@ def _stop(node: Node) -> None:
 def _alive(timeout_s: float, want: int, nodes: list[Node]) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            listed = httpx.get(f"{DASHBOARD}/api/v0/nodes?detail=1", timeout=5).json()["data"]["result"]["result"]
-            alive = [n for n in listed if n["state"] == "ALIVE"]
-            if len(alive) >= want:
-                return alive
-        except (httpx.TransportError, KeyError, ValueError):
-            pass
+        alive = [n for n in _listed() if n["state"] == "ALIVE"]
+        if len(alive) >= want:
+            return alive
         dead = [n for n in nodes if n.proc.poll() is not None]
         if dead or time.monotonic() > deadline:
             logs = "\n".join(f"{n.name}: {n.log.read_text()[-1500:]}" for n in nodes)
@@ -147,8 +143,7 @@ def test_raylift_drains_the_idlest_worker_and_ray_reports_it_dead(cluster: dict[
     event = RayNodesDrainedTrigger(DASHBOARD, [ids["w2"]], timeout_s=120, poll_interval_s=1).wait()
     assert event["status"] == "success", event
 
-    listed = {n["node_id"]: n for n in httpx.get(f"{DASHBOARD}/api/v0/nodes?detail=1", timeout=10)
-              .json()["data"]["result"]["result"]}  # Ray's own state API, read here
+    listed = {n["node_id"]: n for n in _listed()}  # Ray's own state API, read here
     assert listed[ids["w2"]]["state"] == "DEAD"
     assert listed[ids["w2"]]["state_message"] == f"Terminated due to preemption: {REASON}"
     assert (listed[ids["w1"]]["state"], listed[head]["state"]) == ("ALIVE", "ALIVE")
