@@ -17,7 +17,8 @@ Each round runs the three in this order, so machine drift falls on all of them a
 
 Compile caches are the machine's for all three rows alike: plain vLLM's inductor cache (``/tmp/torchinductor_<user>``)
 and the replica's node folder (``~/.cache/raylift/warmup/node``, ``serve_apps/llm/warmup_cache.py``) both outlive a
-row; what raylift stages in its store (the warm-up artifact included) starts empty in row 2. The benchmark after the smoke test is the smallest the gate allows (it is after
+row, as do vLLM's accepted engine-args verdicts (``~/.cache/raylift/checks``: the machine's, like vLLM's own caches,
+so a fresh checkout does not import vLLM again to check args this machine already checked); what raylift stages in its store (the warm-up artifact included) starts empty in row 2. The benchmark after the smoke test is the smallest the gate allows (it is after
 the figures). Ratios are against plain vLLM's ``ready_s`` / ``first_token_s`` of the same round.
 
     .cache/venvs/control/bin/python bench/cold_start.py [--rounds 3] [--out cold_start]

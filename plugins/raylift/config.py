@@ -105,6 +105,13 @@ class LocalSettings:
     runtime_python: Path = field(
         default_factory=lambda: _env_path("RAYLIFT_RUNTIME_PYTHON", own_runtime_python())
     )
+    # vLLM's accepted engine-args verdicts, one file per hash of what decides one (args, model config files,
+    # installed vLLM, the check's code): nothing in it depends on a home, so every home and checkout of this
+    # machine shares it, as vLLM's own ~/.cache/vllm is shared. A fresh RAYLIFT_HOME's first deploy then skips
+    # the ~20 s vLLM import of a check this machine already made.
+    check_cache: Path = field(
+        default_factory=lambda: _env_path("RAYLIFT_CHECK_CACHE", Path.home() / ".cache" / "raylift" / "checks")
+    )
     # Loopback by default; docker-compose points it at the ray-head service.
     bind_host: str = field(default_factory=lambda: os.environ.get("RAYLIFT_RAY_HOST", "127.0.0.1"))
     gcs_port: int = field(default_factory=lambda: _env_int("RAYLIFT_RAY_PORT", 6390))

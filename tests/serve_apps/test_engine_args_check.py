@@ -1,5 +1,6 @@
 """The local target's engine-args check (vLLM in the runtime env, ~20 s a call) runs once per hash of
-what decides it: the args, the model's config files, the installed vLLM and the check's code."""
+what decides it: the args, the model's config files, the installed vLLM and the check's code. The verdict is
+the machine's, not a home's: another RAYLIFT_HOME on the same machine does not ask vLLM again."""
 
 from __future__ import annotations
 
@@ -18,17 +19,19 @@ def test_an_accepted_check_is_kept_and_anything_that_changes_it_runs_it_again(
 ) -> None:
     from raylift.targets import get_target
 
-    monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAYLIFT_CHECK_CACHE", str(tmp_path / "checks"))
     model = tmp_path / "model"
     shutil.copytree(tiny_model_path(), model)
-    target = get_target("local")
     timings = {}
-    for label, args in (("first", {"max_model_len": 512}), ("again", {"max_model_len": 512})):
+    for label, home in (("first", "home"), ("again", "home"), ("another home", "home2")):
+        monkeypatch.setenv("RAYLIFT_HOME", str(tmp_path / home))
         started = time.monotonic()
-        target.validate_engine_args(str(model), args)
+        get_target("local").validate_engine_args(str(model), {"max_model_len": 512})
         timings[label] = time.monotonic() - started
     assert timings["again"] < 1.0 < timings["first"], timings
-    assert len(list((tmp_path / "home/checks/engine-args").glob("*.json"))) == 1
+    assert timings["another home"] < 1.0, timings
+    assert [p.suffix for p in (tmp_path / "checks/engine-args").iterdir()] == [".json"]
+    target = get_target("local")
     # a changed model config is checked again, and vLLM still refuses what it refuses
     config = model / "config.json"
     config.write_text(config.read_text().replace('"max_position_embeddings": 2048', '"max_position_embeddings": 256'))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from typing import Any, ClassVar
 
@@ -148,8 +149,9 @@ class LocalTarget(DashboardServeControl, Target):
 
         A fresh runtime Python importing vLLM is ~20 s of a deploy, so an accepted verdict is kept per
         hash of what decides it (the args, the model's config files, the installed vLLM and the check's
-        own code) under ``<RAYLIFT_HOME>/checks/engine-args``: a redeploy of the same model and args
-        skips it. Refusals are not kept (they come back in seconds and name the field)."""
+        own code) under ``<RAYLIFT_CHECK_CACHE>/engine-args`` (``~/.cache/raylift/checks``, shared by every
+        home on this machine): a deploy of a model and args this machine already checked skips it.
+        Refusals are not kept (they come back in seconds and name the field)."""
         import hashlib
         from pathlib import Path
 
@@ -163,7 +165,7 @@ class LocalTarget(DashboardServeControl, Target):
         digest.update(" ".join(sorted(p.name for s in site for p in s.glob("vllm*.dist-info"))).encode())
         for code in ("llm/check_args.py", "llm/vllm_options.py"):
             digest.update((apps / code).read_bytes() if (apps / code).is_file() else b"-")
-        cached = self.settings.home / "checks" / "engine-args" / f"{digest.hexdigest()}.json"
+        cached = self.settings.check_cache / "engine-args" / f"{digest.hexdigest()}.json"
         if model.is_dir() and cached.is_file():
             return
         proc = subprocess.run(
@@ -182,7 +184,9 @@ class LocalTarget(DashboardServeControl, Target):
             raise RayliftValueError(f"vLLM rejects engine_args{field}: {verdict['error'][:500]}")
         if model.is_dir():  # a local folder: its config files are in the hash
             cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps({"model": model_path, "engine_args": engine_args, **verdict}))
+            partial = cached.with_suffix(f".{os.getpid()}.tmp")  # homes share it: never a half-written verdict
+            partial.write_text(json.dumps({"model": model_path, "engine_args": engine_args, **verdict}))
+            partial.replace(cached)
 
     def teardown(self) -> None:
         self.cluster.stop()
