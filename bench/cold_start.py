@@ -11,14 +11,15 @@ Each round runs the three in this order, so machine drift falls on all of them a
    before the clock starts, as ``make demo``'s step 3) and ``airflow dags test raylift_deploy`` with the demo's conf:
    the run record's ``trigger_to_running_s`` and ``trigger_to_first_token_s`` (the smoke test's stream), and its
    replica's phases. The cluster start, the model staging and the artifact build are inside the figure.
-3. **raylift, new model version**: on that stack, other weights of the same shape under a new model folder, deployed
+3. **raylift, new model version**: on that stack, other weights (a new seed each round) under a new model folder, deployed
    ``release: direct`` (the version replaces the app in place; the canary path's gate is not what is timed here):
    the same figures. Then the stack is stopped.
 
 Compile caches are the machine's for all three rows alike: plain vLLM's inductor cache (``/tmp/torchinductor_<user>``)
 and the replica's node folder (``~/.cache/raylift/warmup/node``, ``serve_apps/llm/warmup_cache.py``) both outlive a
 row, as do vLLM's accepted engine-args verdicts (``~/.cache/raylift/checks``: the machine's, like vLLM's own caches,
-so a fresh checkout does not import vLLM again to check args this machine already checked); what raylift stages in its store (the warm-up artifact included) starts empty in row 2. The benchmark after the smoke test is the smallest the gate allows (it is after
+so a fresh checkout does not import vLLM again to check args this machine already checked; the new version's deploy
+gets an empty one, as a new config would); what raylift stages in its store (the warm-up artifact included) starts empty in row 2. The benchmark after the smoke test is the smallest the gate allows (it is after
 the figures). Ratios are against plain vLLM's ``ready_s`` / ``first_token_s`` of the same round.
 
     .cache/venvs/control/bin/python bench/cold_start.py [--rounds 3] [--out cold_start]
@@ -121,7 +122,8 @@ def deploy(stack: LocalStack, conf: dict[str, Any]) -> dict[str, Any]:
     replicas = cold.get("replicas") or [{}]
     return {"trigger_to_running_s": cold.get("trigger_to_running_s"),
             "trigger_to_first_token_s": cold.get("trigger_to_first_token_s"),
-            "replica_total_s": replicas[-1].get("total_s"), "phases_s": replicas[-1].get("phases_s") or {}}
+            "replica_total_s": replicas[-1].get("total_s"), "phases_s": replicas[-1].get("phases_s") or {},
+            "deploy_steps_s": cold.get("deploy_steps_s") or {}}
 
 
 def make_model(folder: Path, seed: int) -> Path:
@@ -138,6 +140,8 @@ def raylift_rows(work: Path, model: Path, new_model: Path) -> tuple[dict[str, An
         small = {"target": "local", "served_name": MODEL_NAME, "model_id": "bench/tiny-llama", "workers": 0,
                  "replicas": 1, "concurrency": [1], "requests_per_level": 8}
         first = deploy(stack, small | {"model_source": str(model)})
+        # a new version's config is one vLLM has not checked on this machine: an empty verdict cache for it
+        stack.env["RAYLIFT_CHECK_CACHE"] = str(home / "checks-new-version")
         again = deploy(stack, small | {"model_source": str(new_model), "release": "direct",
                                        "regression_baseline": "none"})
         return first, again
@@ -161,8 +165,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="raylift-cold-start-") as tmp:
         work = Path(tmp)
         model = make_model(work / "models/tiny-llama", seed=0)
-        new_model = make_model(work / "models/tiny-llama-v2", seed=1)
         for n in range(1, args.rounds + 1):
+            # a new version each round (its own weights and tokenizer); its engine-args check runs (raylift_rows)
+            new_model = make_model(work / f"models/tiny-llama-v{n + 1}", seed=n)
             plain = plain_vllm(model, work / f"plain-{n}.log")
             rows["plain_vllm"].append(plain)
             print(f"round {n}: plain vLLM ready {plain['ready_s']} s, first token {plain['first_token_s']} s", flush=True)
@@ -179,7 +184,10 @@ def main() -> None:
     for name in ("raylift_first_deploy", "raylift_new_version"):
         running = median(rows[name], "trigger_to_running_s")
         token = median(rows[name], "trigger_to_first_token_s")
+        steps = sorted({k for r in rows[name] for k in r.get("deploy_steps_s") or {}})
         summary[name] = {
+            "deploy_steps_median_s": {k: median([r["deploy_steps_s"] for r in rows[name]
+                                                 if k in (r.get("deploy_steps_s") or {})], k) for k in steps},
             "trigger_to_running_s": running, "trigger_to_first_token_s": token,
             "running_vs_plain_ready": round(running / plain_ready, 2) if running and plain_ready else None,
             "first_token_vs_plain": round(token / plain_token, 2) if token and plain_token else None,

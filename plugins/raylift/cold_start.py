@@ -52,6 +52,17 @@ class LinePhase:
     label: str
 
 
+# The deploy step's own phases before Serve has the config, then Serve's (``raylift.operators.deploy.DeploySteps``), in
+# the order they happen; an XCom's or record's JSON keeps its keys sorted, so readers order them by this.
+DEPLOY_STEPS = ("read_and_fit_check_s", "app_runtime_check_s", "engine_args_check_s", "serve_write_s",
+                "serve_to_running_s")
+
+
+def deploy_steps_line(steps: Mapping[str, float]) -> str:
+    """``read and fit check 1.1 s, engine args check 10.2 s, ...`` in the order the steps happen."""
+    return ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {steps[k]} s" for k in DEPLOY_STEPS if k in steps)
+
+
 def _phase(name: str, wording: str, label: str) -> LinePhase:
     return LinePhase(name, re.compile(wording.replace("{s}", _S)), label)
 

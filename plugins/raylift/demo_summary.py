@@ -53,6 +53,10 @@ def print_cold_start(cold: dict[str, Any]) -> None:
             print("  " + row[0].ljust(widths[0]) + "".join("  " + cell.rjust(w) for cell, w in zip(row[1:], widths[1:])))
     elif cold.get("note"):
         print(f"by phase:  {cold['note']}")
+    if cold.get("deploy_steps_s"):
+        from raylift.cold_start import deploy_steps_line
+
+        print("deploy step: " + deploy_steps_line(cold["deploy_steps_s"]))
     if cold.get("first_token_s") is not None:
         print(f"first token: {cold['first_token_s']} s after the smoke test's streamed request was sent")
 

@@ -41,6 +41,8 @@ def cold_start(triggered_at: datetime | None, parts: dict[str, Any]) -> dict[str
     test's streamed request. A step that did not get there leaves its figure ``None``.
 
     ``replicas`` (when the deploy read them): each replica the deploy started, by phase (``raylift.cold_start``);
+    ``deploy_steps_s``: the deploy step's own phases (fit check, engine-args check, config write) and Serve's, from
+    the write to RUNNING;
     ``first_token_s`` (when measured): the smoke test's streamed request, sent to first token.
     """
     deployed = parts.get("deployed") or {}
@@ -62,6 +64,8 @@ def cold_start(triggered_at: datetime | None, parts: dict[str, Any]) -> dict[str
         timings["first_token_s"] = stream["ttft_s"]
     if isinstance(deployed.get("cold_start"), dict):  # a deploy that read its replicas (absent before)
         timings["replicas"] = list(deployed["cold_start"].get("replicas") or [])
+        if deployed["cold_start"].get("deploy_steps_s"):  # the deploy step's own phases before Serve had the config
+            timings["deploy_steps_s"] = dict(deployed["cold_start"]["deploy_steps_s"])
         if deployed["cold_start"].get("note"):
             timings["note"] = deployed["cold_start"]["note"]
     return timings

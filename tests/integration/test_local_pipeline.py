@@ -169,7 +169,15 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold
     # ... and by phase, per replica, from Ray's, Serve's and vLLM's own records (raylift.cold_start)
     assert_cold_start_by_phase(cold, REPLICAS)
+    # ... and the deploy step's own phases before Serve had the config, then Serve's: its write to RUNNING is
+    # what Serve's own deploy time says (last_deployed_time_s to the wait's RUNNING) and holds every replica's start
+    steps = cold["deploy_steps_s"]
+    assert set(steps) == {"read_and_fit_check_s", "engine_args_check_s", "serve_write_s", "serve_to_running_s"}
+    assert abs((at["running_at"] - deployed_at).total_seconds() - steps["serve_to_running_s"]) < 5, (steps, cold)
+    assert max(r["total_s"] for r in cold["replicas"]) <= steps["serve_to_running_s"], (steps, cold["replicas"])
+    assert sum(steps.values()) <= cold["trigger_to_running_s"], (steps, cold)
     out = result.stdout + result.stderr
+    assert "deploy step: read and fit check " in out, "one deploy task-log line with the step's own phases"
     assert out.count("cold start of app 'llm', replica ") == REPLICAS, "one deploy task-log line per replica"
     # the endpoint is still serving after the run, and the cluster has the worker it asked for
     resp = chat(stack.serve_url)
@@ -269,6 +277,7 @@ def test_report_of_the_good_run_is_reachable_from_the_benchmark_task(stack: Loca
     summary = demo_summary(stack)
     assert f"report:    {folder / 'benchmark.html'}" in summary
     assert "by phase (seconds" in summary and "  engine_init " in summary, summary
+    assert "deploy step: read and fit check " in summary and " serve to running " in summary, summary
 
 
 def test_extra_link_resolves_on_the_api_server(stack: LocalStack, plugin_server: tuple[str, Any]) -> None:

@@ -101,16 +101,20 @@ def test_record_summary_and_report_show_the_phases(dashboard: list[str], tmp_pat
     from raylift.demo_summary import print_cold_start
     from raylift.run_record import build_record
 
-    cold = deploy_op().collect_cold_start(APP, recorded()["app"]["last_deployed_time_s"] + 42, "manual__r")
+    steps = {"read_and_fit_check_s": 0.9, "engine_args_check_s": 10.2, "serve_write_s": 0.1, "serve_to_running_s": 48.5}
+    cold = deploy_op().collect_cold_start(APP, recorded()["app"]["last_deployed_time_s"] + 42, "manual__r", steps)
     record = build_record(run_id="manual__r", target="local", params={},
                           parts={"deployed": {"running_at": "2026-11-27T01:37:58+00:00", "cold_start": cold},
                                  "smoke": {"stream": {"first_token_at": "2026-11-27T01:37:59+00:00",
                                                       "ttft_s": 0.157}}})
     assert record["cold_start"]["replicas"] == cold["replicas"]
     assert record["cold_start"]["first_token_s"] == 0.157
+    assert record["cold_start"]["deploy_steps_s"] == steps  # the deploy step's own phases, as the deploy gave them
     print_cold_start(record["cold_start"])
     out = capsys.readouterr().out
     assert "  engine_init                    6.23" in out and "first token: 0.157 s" in out, out
+    assert "deploy step: read and fit check 0.9 s, engine args check 10.2 s, serve write 0.1 s, serve to running " \
+           "48.5 s" in out, out
     page = cold_start_html(cold)
     assert '<table id="cold-start"' in page and "<td>6.23</td>" in page and "<td>40.344</td>" in page
     assert cold_start_html({"replicas": []}) == ""  # no replica read: no section

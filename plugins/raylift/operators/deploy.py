@@ -15,6 +15,7 @@ whether they are vLLM's. The result tells the smoke test which checks to run and
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from raylift.config import (
@@ -26,6 +27,24 @@ from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
 from raylift.records import Artifact, StagedModel
 
+
+class DeploySteps:
+    """The deploy step's own phases before Serve has the config, in seconds: the read and fit check, the app runtime
+    check, vLLM's engine-args check (a cached verdict is ~0 s, a new one a vLLM import) and the config write. Kept in
+    an XCom at the write, so the phases survive the deferral to the wait."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.steps[name] = round(now - self._t, 3)
+        self._t = now
+
+    def submitted(self, context: Any, name: str) -> None:
+        self.lap(name)
+        context["ti"].xcom_push(key="deploy_steps", value={**self.steps, "submitted_at": time.time()})
 
 class ServeDeployOperator(TargetOperator):
     """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
@@ -228,7 +247,7 @@ class ServeDeployOperator(TargetOperator):
         self.check_fit(app, {"applications": others})
 
     def _deploy_canary(self, context: Any, app: dict[str, Any], current: dict[str, Any],
-                       defaults: dict[str, Any]) -> Any:
+                       defaults: dict[str, Any], steps: DeploySteps) -> Any:
         """Start the candidate as ``<app>-canary`` beside the serving app (on a lent replica if it must), under
         the cluster's lease, and wait for it (and a lent-from app) to be RUNNING."""
         from raylift.canary import CanaryPlan, plan_canary, with_canary
@@ -254,6 +273,7 @@ class ServeDeployOperator(TargetOperator):
         state.save_canary(run_id, plan.as_dict())
         state.begin_apply(run_id, current, config, surge=self.surge)  # what rollback undoes if this run dies
         write_serve_config(self.target_impl, config, read=current)
+        steps.submitted(context, "serve_write_s")
         waiting = [plan.canary["name"], *([name] if plan.lent else [])]
         self.log.info(
             "canary release: candidate started as app %r at %s beside the serving app %r%s; the serving app takes "
@@ -276,6 +296,7 @@ class ServeDeployOperator(TargetOperator):
         from raylift.serve_config import app_kind, config_hash, merge_app
 
         watch = Stopwatch()
+        steps = DeploySteps()
         app = self.render()
         target = self.target_impl
         current = target.current_serve_config()
@@ -290,15 +311,18 @@ class ServeDeployOperator(TargetOperator):
             dark = False
         else:
             dark = self.check_fit_with_surge(app, current)
+        steps.lap("read_and_fit_check_s")
         kind = app_kind(app)
         if kind.runtime_module:
             target.ensure_app_runtime(kind.runtime_module, kind.name)
+            steps.lap("app_runtime_check_s")
         if kind.vllm:
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
                                         working_dir=(app.get("runtime_env") or {}).get("working_dir"))
+            steps.lap("engine_args_check_s")
         defaults = {**self._base, **target.serve_cluster_options()}
         if release == "canary":
-            return self._deploy_canary(context, app, current, defaults)
+            return self._deploy_canary(context, app, current, defaults, steps)
         # start-before-stop by Serve itself (raylift.rollout): a lightweight option, harmless on a new app
         config = merge_app(current, with_native_surge(app, self.surge), defaults=defaults)
         run_id = context["run_id"]
@@ -316,6 +340,7 @@ class ServeDeployOperator(TargetOperator):
 
         # under the cluster's lock, and only if nobody changed the cluster's config since it was read
         write_serve_config(target, config, read=current)
+        steps.submitted(context, "serve_write_s")
         self.log.info(
             "submitted Serve config %s (app %r, %s app(s) in total%s) in %s; waiting for RUNNING",
             config_hash(config)[:12], self.app_name, len(config["applications"]),
@@ -324,8 +349,6 @@ class ServeDeployOperator(TargetOperator):
         context["ti"].xcom_push(key="serve_config", value=config)
         context["ti"].xcom_push(key="release", value="direct")
         if dark:
-            import time
-
             context["ti"].xcom_push(key="dark_since", value=time.time())
         trigger = target.deploy_trigger(app_names=[str(self.app_name)], timeout_s=self.timeout_s)
         if self.deferrable:
@@ -386,7 +409,7 @@ class ServeDeployOperator(TargetOperator):
                 "lent": plan.lent,
             })
             out["cold_start"] = self.collect_cold_start(str(plan.canary["name"]), running_at.timestamp(),
-                                                       context["run_id"])
+                                                       context["run_id"], self._deploy_steps(context, running_at))
             return out
         dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
         if dark_since:
@@ -394,14 +417,33 @@ class ServeDeployOperator(TargetOperator):
                 "stop-before-start: app %r was dark (or short of replicas) for up to %.0f s, from the config "
                 "change to RUNNING", self.app_name, running_at.timestamp() - float(dark_since),
             )
-        out["cold_start"] = self.collect_cold_start(name, running_at.timestamp(), context["run_id"])
+        out["cold_start"] = self.collect_cold_start(name, running_at.timestamp(), context["run_id"],
+                                                   self._deploy_steps(context, running_at))
         return out
 
-    def collect_cold_start(self, app_name: str, running_at: float, run_id: str) -> dict[str, Any]:
+    def _deploy_steps(self, context: Any, running_at: Any) -> dict[str, float]:
+        """This step's own phases before Serve had the config (``DeploySteps``), then Serve's, from the config
+        write to RUNNING as the wait saw it; one task-log line."""
+        pulled = dict(context["ti"].xcom_pull(task_ids=self.task_id, key="deploy_steps") or {})
+        submitted_at = pulled.pop("submitted_at", None)
+        if submitted_at is not None:
+            pulled["serve_to_running_s"] = round(running_at.timestamp() - float(submitted_at), 3)
+        from raylift.cold_start import DEPLOY_STEPS, deploy_steps_line
+
+        steps = {k: pulled[k] for k in DEPLOY_STEPS if k in pulled}
+        if steps:
+            self.log.info("deploy step: %s", deploy_steps_line(steps))
+        return steps
+
+    def collect_cold_start(self, app_name: str, running_at: float, run_id: str,
+                           deploy_steps: dict[str, float] | None = None) -> dict[str, Any]:
         """Each replica this deploy started, by phase (``raylift.cold_start``: Ray's placement, Serve's constructor,
         vLLM's own timings), one task-log line each, also kept as the run's ``cold_start.json`` (the benchmark
-        report's table). Only observed: a cluster or log that cannot be read leaves a ``note``; the deploy stands."""
+        report's table), with this step's own phases (``deploy_steps_s``). Only observed: a cluster or log that
+        cannot be read leaves a ``note``; the deploy stands."""
         cold = self._read_cold_start(app_name, running_at)
+        if deploy_steps:
+            cold["deploy_steps_s"] = deploy_steps
         from raylift.deploy_state import run_key
 
         try:
