@@ -46,6 +46,7 @@ class DeploySteps:
         self.lap(name)
         context["ti"].xcom_push(key="deploy_steps", value={**self.steps, "submitted_at": time.time()})
 
+
 class ServeDeployOperator(TargetOperator):
     """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
     on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order).
