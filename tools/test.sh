@@ -28,20 +28,23 @@ if [ "$#" -gt 0 ]; then  # a chosen subset: one pytest run
   exit "$rc"
 fi
 
-# The whole suite in two lanes at once, each part in its own temp folder. Lane 1, the heavy part: the tests that
-# start vLLM engines (real Ray + vLLM stacks, one after another: they share 2 cores and must not start engines
-# together). Lane 2: static checks, then everything that needs no cluster and mostly waits on other processes
-# (moto, the runtime env), then the multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers,
-# two Ray clusters serving the translator app, no vLLM engine). Lane 2 ends well before lane 1, which sets the
-# suite's length; lane 1's log follows once lane 2 ends.
+# The whole suite in three lanes at once, each part in its own temp folder and log. Lane 1, the heavy part: the tests
+# that start vLLM engines (real Ray + vLLM stacks, one after another: they share 2 cores and must not start engines
+# together). Lane 2: the multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers, two Ray
+# clusters serving the translator app, no vLLM engine) and the one integration module that starts no vLLM engine
+# (Ray's token auth serves a hello app; ports 33xxx, apart from every other stack's). Lane 3, in the foreground:
+# static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
+# Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core), so they share the box with lane 1 rather than queue:
+# run one after the other they ended after lane 1's longest stretch (bench/README.md, session 21). Each lane's log
+# follows once the foreground lane ends.
 mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
-# Lane 2's last part: the multi-worker Airflow, and the one integration module that starts no vLLM engine (Ray's
-# token auth serves a hello app; ports 33xxx, apart from every other stack's).
 MULTI=(tests/multiworker tests/integration/test_ray_token_auth.py)
 "${PYTEST[@]}" "${HEAVY[@]}" --ignore=tests/integration/test_ray_token_auth.py --basetemp=var/test-tmp/heavy \
   >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
+"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi >var/test-tmp/multi.log 2>&1 &
+multi_pid=$!
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
 static_rc=0
 "$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
@@ -50,8 +53,9 @@ PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
 say "static checks: rc $static_rc"
 "${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker --basetemp=var/test-tmp/light
 light_rc=$?
-say "unit tests done (rc $light_rc); the multi-worker Airflow next"
-"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi
+say "unit tests done (rc $light_rc); the multi-worker Airflow (lane 2) so far, then as it goes:"
+tail -n +1 -f --pid="$multi_pid" var/test-tmp/multi.log
+wait "$multi_pid"
 multi_rc=$?
 say "multi-worker done (rc $multi_rc); the heavy part (integration, entry points) so far, then as it goes:"
 tail -n +1 -f --pid="$heavy_pid" var/test-tmp/heavy.log
