@@ -32,7 +32,7 @@ fi
 # that start vLLM engines (real Ray + vLLM stacks, one after another: they share 2 cores and must not start engines
 # together). Lane 2: the multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers, two Ray
 # clusters serving the translator app, no vLLM engine) and the one integration module that starts no vLLM engine
-# (Ray's token auth serves a hello app; ports 33xxx, apart from every other stack's). Lane 3, in the foreground:
+# (Ray's token auth serves a hello app; ports 32xxx, below the ephemeral range). Lane 3, in the foreground:
 # static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
 # Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core), so they share the box with lane 1 rather than queue:
 # run one after the other they ended after lane 1's longest stretch (bench/README.md, session 21). Each lane's log

@@ -1,4 +1,4 @@
-"""Ray's token auth against a real local Ray head (RAY_AUTH_MODE=token, ports 33xxx on 127.0.0.1): raylift's deploy
+"""Ray's token auth against a real local Ray head (RAY_AUTH_MODE=token, ports 32xxx on 127.0.0.1): raylift's deploy
 path (the dashboard hook's Serve REST PUT, then the deploy trigger's wait) succeeds with the cluster's token, taken
 from the cluster's raylift_cluster connection (an AIRFLOW_CONN_* connection, as Airflow reads it), and fails fast,
 naming what to set, without it or with a wrong one. The token never appears in an error."""
@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -25,11 +26,13 @@ from raylift.triggers.serve import ServeApplicationsTrigger
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = ROOT / ".cache/venvs/runtime/bin/ray"
-GCS, DASHBOARD, SERVE = 33379, 33265, 33800
-PORTS = ["--port=33379", "--dashboard-port=33265", "--ray-client-server-port=33001", "--node-manager-port=33370",
-         "--object-manager-port=33371", "--dashboard-agent-listen-port=33366", "--dashboard-agent-grpc-port=33367",
-         "--runtime-env-agent-port=33368", "--metrics-export-port=33369", "--min-worker-port=33400",
-         "--max-worker-port=33499"]
+# below the kernel's ephemeral range (32768-60999): a port in it can be any client's at that moment (seen: the Serve
+# proxy's 33800 taken while the unit tests ran beside this module)
+GCS, DASHBOARD, SERVE = 32379, 32265, 32700
+PORTS = ["--port=32379", "--dashboard-port=32265", "--ray-client-server-port=32001", "--node-manager-port=32370",
+         "--object-manager-port=32371", "--dashboard-agent-listen-port=32366", "--dashboard-agent-grpc-port=32367",
+         "--runtime-env-agent-port=32368", "--metrics-export-port=32369", "--min-worker-port=32400",
+         "--max-worker-port=32499"]
 URL = f"http://127.0.0.1:{DASHBOARD}"
 APP = '''from ray import serve
 
@@ -96,6 +99,7 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        shutil.rmtree(temp_dir, ignore_errors=True)  # Ray's session folders: nothing of this head is left behind
 
 
 def _config(tmp_path: Path) -> dict:

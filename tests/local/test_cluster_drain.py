@@ -57,6 +57,16 @@ def test_replica_cpus_reads_serves_placement() -> None:
     assert RayDashboardHook.replicas_on(payload, WORKER) == ["llm/LLMServer/r2"]
 
 
+def test_a_stopping_replica_frees_its_cpus_but_still_holds_its_node() -> None:
+    """Serve's STOPPING replica drains (behind HAProxy it stays reachable for Ray's draining period): its CPUs count
+    as free for the fit check, but a scale-down must not stop its node until it is gone."""
+    payload = serve([("r1", HEAD), ("r2", WORKER)])
+    payload["applications"]["llm"]["deployments"]["LLMServer"]["replicas"][1]["state"] = "STOPPING"
+    assert RayDashboardHook.replica_cpus(payload) == {HEAD: {"llm/LLMServer/r1": 1.0}}
+    assert RayDashboardHook.replicas_on(payload, WORKER) == ["llm/LLMServer/r2"]
+    assert RayDashboardHook.replicas_on(payload, HEAD) == ["llm/LLMServer/r1"]
+
+
 def test_a_worker_is_found_by_its_tag(tmp_path: Path) -> None:
     nodes = [node(HEAD, True, 2), node("c" * 56, False, 1, raylift_worker_1=1), node(WORKER, False, 1, raylift_worker_0=1)]
     with dashboard(nodes, {}) as url:

@@ -246,10 +246,21 @@ class RayDashboardHook(BaseHook):
                         out.setdefault(replica["node_id"], {})[f"{app}/{name}/{replica.get('replica_id')}"] = cpus
         return out
 
-    @classmethod
-    def replicas_on(cls, payload: dict[str, Any], node_id: str) -> list[str]:
-        """The live Serve replicas (``app/deployment/replica``) on a node."""
-        return sorted(cls.replica_cpus(payload).get(node_id, {}))
+    @staticmethod
+    def replicas_on(payload: dict[str, Any], node_id: str) -> list[str]:
+        """Every Serve replica (``app/deployment/replica``) still on a node, STOPPING ones included.
+
+        Unlike :meth:`replica_cpus` (capacity: a stopping replica's CPUs are as good as free), this is what
+        stopping the node would cut: a STOPPING replica still drains, and behind HAProxy stays reachable for
+        Ray's draining period while HAProxy drops it. A node stopped once only those were left killed one in
+        the middle of a streamed answer (the scale-down test, 1 of 280 requests)."""
+        return sorted(
+            f"{app}/{name}/{replica.get('replica_id')}"
+            for app, details in (payload.get("applications") or {}).items()
+            for name, deployment in (details.get("deployments") or {}).items()
+            for replica in deployment.get("replicas") or []
+            if replica.get("node_id") == node_id
+        )
 
     def serve_applications(self) -> dict[str, Any]:
         resp = self._request("GET", "/api/serve/applications/")
