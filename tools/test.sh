@@ -34,9 +34,9 @@ fi
 # clusters serving the translator app, no vLLM engine) and the one integration module that starts no vLLM engine
 # (Ray's token auth serves a hello app; ports 32xxx, below the ephemeral range). Lane 3, in the foreground:
 # static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
-# Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core), so they share the box with lane 1 rather than queue:
-# run one after the other they ended after lane 1's longest stretch (bench/README.md, session 21). Each lane's log
-# follows once the foreground lane ends.
+# Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core): one after the other they took 37-44 min, side by side
+# they end by ~30. Lane 1 is serial at about one core and sets the suite's length (bench/README.md, session 21).
+# Each lane's log follows once the foreground lane ends.
 mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
 MULTI=(tests/multiworker tests/integration/test_ray_token_auth.py)

@@ -14,6 +14,7 @@ never logged nor put in an error message.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -233,34 +234,35 @@ class RayDashboardHook(BaseHook):
         return [n for n in self._nodes_payload()["data"]["result"]["result"] if n.get("state") == "ALIVE"]
 
     @staticmethod
-    def replica_cpus(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
-        """``{node_id: {"app/deployment/replica": CPUs}}`` for every live Serve replica in
-        ``GET /api/serve/applications/`` (CPUs from the deployment's ``ray_actor_options``, Serve's default 1)."""
-        out: dict[str, dict[str, float]] = {}
+    def serve_replicas(payload: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], float]]:
+        """``("app/deployment/replica", replica, CPUs)`` for every replica in ``GET /api/serve/applications/``, any
+        state (CPUs from the deployment's ``ray_actor_options``, Serve's default 1)."""
         for app, details in (payload.get("applications") or {}).items():
             for name, deployment in (details.get("deployments") or {}).items():
                 options = (deployment.get("deployment_config") or {}).get("ray_actor_options") or {}
                 cpus = 1.0 if options.get("num_cpus") is None else float(options["num_cpus"])
                 for replica in deployment.get("replicas") or []:
-                    if replica.get("node_id") and replica.get("state") != "STOPPING":
-                        out.setdefault(replica["node_id"], {})[f"{app}/{name}/{replica.get('replica_id')}"] = cpus
+                    yield f"{app}/{name}/{replica.get('replica_id')}", replica, cpus
+
+    @classmethod
+    def replica_cpus(cls, payload: dict[str, Any]) -> dict[str, dict[str, float]]:
+        """``{node_id: {"app/deployment/replica": CPUs}}`` for every live Serve replica (a STOPPING one's CPUs are as
+        good as free)."""
+        out: dict[str, dict[str, float]] = {}
+        for key, replica, cpus in cls.serve_replicas(payload):
+            if replica.get("node_id") and replica.get("state") != "STOPPING":
+                out.setdefault(replica["node_id"], {})[key] = cpus
         return out
 
-    @staticmethod
-    def replicas_on(payload: dict[str, Any], node_id: str) -> list[str]:
+    @classmethod
+    def replicas_on(cls, payload: dict[str, Any], node_id: str) -> list[str]:
         """Every Serve replica (``app/deployment/replica``) still on a node, STOPPING ones included.
 
-        Unlike :meth:`replica_cpus` (capacity: a stopping replica's CPUs are as good as free), this is what
-        stopping the node would cut: a STOPPING replica still drains, and behind HAProxy stays reachable for
-        Ray's draining period while HAProxy drops it. A node stopped once only those were left killed one in
-        the middle of a streamed answer (the scale-down test, 1 of 280 requests)."""
-        return sorted(
-            f"{app}/{name}/{replica.get('replica_id')}"
-            for app, details in (payload.get("applications") or {}).items()
-            for name, deployment in (details.get("deployments") or {}).items()
-            for replica in deployment.get("replicas") or []
-            if replica.get("node_id") == node_id
-        )
+        Unlike :meth:`replica_cpus` (capacity), this is what stopping the node would cut: a STOPPING replica still
+        drains, and behind HAProxy stays reachable for Ray's draining period while HAProxy drops it. A node stopped
+        once only those were left killed one in the middle of a streamed answer (the scale-down test, 1 of 280
+        requests)."""
+        return sorted(key for key, replica, _ in cls.serve_replicas(payload) if replica.get("node_id") == node_id)
 
     def serve_applications(self) -> dict[str, Any]:
         resp = self._request("GET", "/api/serve/applications/")
