@@ -74,6 +74,33 @@ def test_proxies_not_up_in_rays_bound_sends_the_same_config_again(monkeypatch: p
     assert len(handler.puts) == START_ATTEMPTS
 
 
+def test_any_500_is_sent_again_and_the_error_names_the_tracebacks_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard's catch-all answers 500 with the whole traceback (init_ray_and_catch_exceptions): the cause is
+    its last line, past the first 1000 characters."""
+    monkeypatch.setattr("raylift.hooks.ray_dashboard.START_RETRY_WAIT_S", 0.1)
+
+    class Failing(JsonHandler):
+        puts: ClassVar[int] = 0
+
+        def do_PUT(self) -> None:  # noqa: N802
+            type(self).puts += 1
+            self.rfile.read(int(self.headers["Content-Length"]))
+            frames = "".join(f'  File "/ray/dashboard/x.py", line {n}, in handler\n    await step_{n}()\n' for n in range(40))
+            text = ("Traceback (most recent call last):\n" + frames
+                    + "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n").encode()
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+
+    with serve_http(Failing) as port, pytest.raises(DeployError) as failed:
+        RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
+    assert Failing.puts == START_ATTEMPTS
+    first_line = str(failed.value).splitlines()[0]
+    assert first_line.startswith("Ray Serve refused the config (500): ray.exceptions.GetTimeoutError: Get timed out"), (
+        first_line)
+
+
 def test_any_other_refusal_is_not_sent_again() -> None:
     class Invalid(JsonHandler):
         puts: ClassVar[int] = 0

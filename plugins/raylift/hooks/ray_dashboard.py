@@ -29,13 +29,26 @@ from raylift.records import ClusterState
 # 60s." when one is not. The PUT's read timeout covers that wait and the controller's start besides.
 SERVE_PROXY_START_S = 60
 PUT_TIMEOUT_S = 2 * SERVE_PROXY_START_S
-# The 500 a PUT gets when Serve's proxies were slower than Ray's own bound. Serve's controller keeps starting them,
-# and the config is declarative, so the same PUT is sent again (tenacity), a bounded number of times.
-PROXIES_NOT_READY = "HTTP proxies not available"
+# A PUT gets 500 when Serve's proxies were slower than Ray's own bound ("HTTP proxies not available after 60s.");
+# Serve's controller keeps starting them, and the config is declarative, so the same PUT is sent again (tenacity), a
+# bounded number of times. The same goes for any 500 on the PUT: the dashboard answers 500 only when its handler
+# itself raised (its catch-all, init_ray_and_catch_exceptions, with the traceback as the body), never as a verdict on
+# the config (that is 400). Seen once in CI on a loaded box: the first PUT to a just-started head got another 500,
+# and the deploy failed on it.
+ANY_SERVER_ERROR = None
 START_ATTEMPTS, START_RETRY_WAIT_S = 3, 5.0
 # The 500 a job submission gets while a just-started head has no job agent registered yet (Ray: "please try again
 # later"); the same request goes again, as for the proxies above.
 JOB_AGENT_NOT_READY = "No available agent to submit job"
+
+
+def ray_error_cause(text: str) -> str:
+    """The line that names the cause in a dashboard answer: the last line of a Python traceback (Ray's 500 body is
+    ``traceback.format_exc()``, whose first 1000 characters never reach the exception), else the whole answer."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Traceback"):
+        return lines[-1][:500]
+    return text.strip()[:1000]
 
 
 class RayAuthError(ClusterError, CredentialsError):
@@ -174,15 +187,15 @@ class RayDashboardHook(BaseHook):
         return config
 
     # -- sync ---------------------------------------------------------------------------------
-    def _request_while_starting(self, method: str, path: str, transient: str, why: str,
+    def _request_while_starting(self, method: str, path: str, transient: str | None, why: str,
                                 **kwargs: Any) -> httpx.Response:
         """``_request``, sent again (tenacity: ``START_ATTEMPTS``, ``START_RETRY_WAIT_S`` apart) while Ray answers 500
-        with ``transient``: a part of a starting cluster that Ray itself says is not up yet. Returns the last
-        answer: the caller names a refusal that outlasts the attempts."""
+        with ``transient`` (any 500 for ``ANY_SERVER_ERROR``): a part of a starting cluster that Ray itself says is
+        not up yet. Returns the last answer: the caller names a refusal that outlasts the attempts."""
         from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
         def not_up_yet(resp: httpx.Response) -> bool:
-            return resp.status_code == 500 and transient in resp.text
+            return resp.status_code == 500 and (transient is ANY_SERVER_ERROR or transient in resp.text)
 
         def last_answer(state: RetryCallState) -> httpx.Response:
             assert state.outcome is not None
@@ -190,8 +203,9 @@ class RayDashboardHook(BaseHook):
             return answer
 
         def say_again(state: RetryCallState) -> None:
-            self.log.warning("%s (%s %s, attempt %d of %d): sending it again", why, method, path,
-                             state.attempt_number, START_ATTEMPTS)
+            assert state.outcome is not None
+            self.log.warning("%s (%s %s, attempt %d of %d: %s): sending it again", why, method, path,
+                             state.attempt_number, START_ATTEMPTS, ray_error_cause(state.outcome.result().text))
 
         retrying = Retrying(retry=retry_if_result(not_up_yet), stop=stop_after_attempt(START_ATTEMPTS),
                             wait=wait_fixed(START_RETRY_WAIT_S), retry_error_callback=last_answer, before_sleep=say_again)
@@ -274,15 +288,16 @@ class RayDashboardHook(BaseHook):
         """``PUT /api/serve/applications/``: replaces every application not listed in ``config``.
 
         Waits as long as Ray's dashboard may take to start Serve (``PUT_TIMEOUT_S``), and sends the same PUT again
-        when Ray answers that Serve's proxies were not up in its own bound (``PROXIES_NOT_READY``)."""
+        when the dashboard fails on it (500: Serve's proxies not up in Ray's own bound, ``PROXIES_NOT_READY``, or
+        any other exception in its handler); a config Serve rejects (400) is not sent again."""
         resp = self._request_while_starting(
-            "PUT", "/api/serve/applications/", PROXIES_NOT_READY,
-            f"Ray Serve's proxies were not up in Ray's {SERVE_PROXY_START_S} s", json=config,
-            timeout_s=max(self.timeout_s, PUT_TIMEOUT_S))
+            "PUT", "/api/serve/applications/", ANY_SERVER_ERROR,
+            f"Ray's dashboard failed on the Serve config (Serve's proxies wait up to {SERVE_PROXY_START_S} s)",
+            json=config, timeout_s=max(self.timeout_s, PUT_TIMEOUT_S))
         if resp.status_code != 200:
-            raise DeployError(
-                f"Ray Serve refused the config ({resp.status_code}): {resp.text[:1000]}"
-            )
+            cause = ray_error_cause(resp.text)
+            detail = f" Ray's answer ends: {resp.text[-1500:]}" if cause != resp.text.strip() else ""
+            raise DeployError(f"Ray Serve refused the config ({resp.status_code}): {cause}.{detail}")
 
     # -- for waits (raylift.triggers): httpx's own errors propagate, sync and async -----------------
     # Unlike serve_applications() / _request(), these keep httpx's TransportError / HTTPStatusError (with the
