@@ -40,12 +40,8 @@ class SlowStart(JsonHandler):
         type(self).puts.append(body)
         time.sleep(self.delay_s)
         if len(self.puts) <= self.not_ready:
-            text = (f"Traceback (most recent call last):\n  ...\nTimeoutError: HTTP proxies not available after "
-                    f"{SERVE_PROXY_START_S}s.").encode()
-            self.send_response(500)
-            self.send_header("Content-Length", str(len(text)))
-            self.end_headers()
-            self.wfile.write(text)
+            self._text(500, f"Traceback (most recent call last):\n  ...\nTimeoutError: HTTP proxies not available "
+                            f"after {SERVE_PROXY_START_S}s.")
             return
         self._json({})
 
@@ -86,12 +82,8 @@ def test_any_500_is_sent_again_and_the_error_names_the_tracebacks_last_line(monk
             type(self).puts += 1
             self.rfile.read(int(self.headers["Content-Length"]))
             frames = "".join(f'  File "/ray/dashboard/x.py", line {n}, in handler\n    await step_{n}()\n' for n in range(40))
-            text = ("Traceback (most recent call last):\n" + frames
-                    + "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n").encode()
-            self.send_response(500)
-            self.send_header("Content-Length", str(len(text)))
-            self.end_headers()
-            self.wfile.write(text)
+            self._text(500, "Traceback (most recent call last):\n" + frames
+                       + "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n")
 
     with serve_http(Failing) as port, pytest.raises(DeployError) as failed:
         RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
@@ -108,10 +100,7 @@ def test_any_other_refusal_is_not_sent_again() -> None:
         def do_PUT(self) -> None:  # noqa: N802
             type(self).puts += 1
             self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(400)
-            self.send_header("Content-Length", "7")
-            self.end_headers()
-            self.wfile.write(b"invalid")
+            self._text(400, "invalid")
 
     with serve_http(Invalid) as port, pytest.raises(DeployError, match=r"\(400\): invalid"):
         RayDashboardHook(f"http://127.0.0.1:{port}").put_serve_config(CONFIG)
@@ -139,11 +128,7 @@ def test_a_job_sent_before_the_heads_job_agent_is_up_is_sent_again(monkeypatch: 
             type(self).posts += 1
             self.rfile.read(int(self.headers["Content-Length"]))
             if self.posts == 1:
-                text = b"No available agent to submit job, please try again later."
-                self.send_response(500)
-                self.send_header("Content-Length", str(len(text)))
-                self.end_headers()
-                self.wfile.write(text)
+                self._text(500, "No available agent to submit job, please try again later.")
                 return
             self._json({"submission_id": "raysubmit_1"})
 

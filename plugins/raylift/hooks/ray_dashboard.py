@@ -288,8 +288,8 @@ class RayDashboardHook(BaseHook):
         """``PUT /api/serve/applications/``: replaces every application not listed in ``config``.
 
         Waits as long as Ray's dashboard may take to start Serve (``PUT_TIMEOUT_S``), and sends the same PUT again
-        when the dashboard fails on it (500: Serve's proxies not up in Ray's own bound, ``PROXIES_NOT_READY``, or
-        any other exception in its handler); a config Serve rejects (400) is not sent again."""
+        when the dashboard fails on it (500: Serve's proxies not up in Ray's own bound, or any other exception in its
+        handler: ``ANY_SERVER_ERROR``); a config Serve rejects (400) is not sent again."""
         resp = self._request_while_starting(
             "PUT", "/api/serve/applications/", ANY_SERVER_ERROR,
             f"Ray's dashboard failed on the Serve config (Serve's proxies wait up to {SERVE_PROXY_START_S} s)",
