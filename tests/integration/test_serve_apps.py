@@ -8,7 +8,7 @@ failed requests. Then the vLLM LLM app ("/llm") is checked for serving fidelity:
 model (started, recorded and stopped before the app deploys: one engine at a time on this box), then to
 the app, and each answer must have the same effect; real clients (the official openai SDK, vLLM's own
 `bench serve` with both OpenAI backends, llmperf's choices[0] loop) and the seeds' request shapes get
-0 failed requests. (The LLM app's deploy/rollback/reliability pipeline is test_local_pipeline's.)
+0 failed requests; the replica runs its model in one vLLM engine process. (The LLM app's deploy/rollback/reliability pipeline is test_local_pipeline's.)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import psutil
 import pytest
 
 from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
@@ -304,6 +305,18 @@ def test_llm_app_answers_every_request_as_plain_vllm_does(
     assert len(oc.REQUESTS) >= 25 and set(ours) == set(plain_vllm_answers)
     assert not differ, json.dumps(differ, indent=1)[:6000]
     assert not problems, problems
+
+
+def test_the_llm_replica_runs_its_model_in_one_engine_process(stack: LocalStack, llm_endpoint: str) -> None:
+    """llm-cpu.yaml keeps the model in vLLM's engine-core process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``). Without it,
+    vLLM on CPU adds a worker process (``VLLM::Worker``) that imports torch and vLLM once more and spins on a
+    shared-memory queue between steps. Judged by Serve's own replica list (the pid) and the OS's process table."""
+    apps = httpx.get(f"{stack.dashboard_url}/api/serve/applications/", timeout=10).json()["applications"]
+    replicas = [r for r in apps["llm"]["deployments"]["LLMServer"]["replicas"] if r["state"] == "RUNNING"]
+    assert len(replicas) == 1, replicas
+    names = sorted(p.name() for p in psutil.Process(replicas[0]["pid"]).children(recursive=True))
+    engine = [n for n in names if n.startswith("VLLM::")]  # vLLM's process titles (comm keeps 15 characters)
+    assert len(engine) == 1 and engine[0].startswith("VLLM::EngineCor"), names
 
 
 def _vllm_bench(stack: LocalStack, base: str, backend: str, endpoint: str) -> dict:
