@@ -32,8 +32,9 @@ build_venv() {  # name venv stamp installer...
 # uv installs without bytecode, and PYTHONDONTWRITEBYTECODE (set on this machine and CI's) stops Python from
 # caching it, so every process would compile the sources it imports again: 18 s instead of 12 s to
 # import vLLM, 9.5 s instead of 3.7 s to import Airflow + the Amazon provider. Each Serve replica on CPU is
-# two such processes (the replica, its engine core), a deploy's engine-arg check one more, each Airflow task one. Compile once per venv build (about 35 s per venv;
-# build_venv calls it, also for a venv built before this step existed).
+# two such processes (the replica, its engine core), a deploy's engine-arg check one more, each Airflow
+# task one. Compile once per venv build (about 35 s per venv; build_venv calls it, also for a venv built
+# before this step existed).
 compile_bytecode() {  # name venv
   local name=$1 venv=$2 site
   local marker="$venv/.raylift-bytecode"

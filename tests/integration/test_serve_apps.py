@@ -8,7 +8,8 @@ failed requests. Then the vLLM LLM app ("/llm") is checked for serving fidelity:
 model (started, recorded and stopped before the app deploys: one engine at a time on this box), then to
 the app, and each answer must have the same effect; real clients (the official openai SDK, vLLM's own
 `bench serve` with both OpenAI backends, llmperf's choices[0] loop) and the seeds' request shapes get
-0 failed requests; the replica runs its model in one vLLM engine process. (The LLM app's deploy/rollback/reliability pipeline is test_local_pipeline's.)
+0 failed requests; the replica runs its model in one vLLM engine process. (The LLM app's
+deploy/rollback/reliability pipeline is test_local_pipeline's.)
 """
 
 from __future__ import annotations
@@ -311,8 +312,8 @@ def test_the_llm_replica_runs_its_model_in_one_engine_process(stack: LocalStack,
     """llm-cpu.yaml keeps the model in vLLM's engine-core process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``). Without it,
     vLLM on CPU adds a worker process (``VLLM::Worker``) that imports torch and vLLM once more and spins on a
     shared-memory queue between steps. Judged by Serve's own replica list (the pid) and the OS's process table."""
-    apps = httpx.get(f"{stack.dashboard_url}/api/serve/applications/", timeout=10).json()["applications"]
-    replicas = [r for r in apps["llm"]["deployments"]["LLMServer"]["replicas"] if r["state"] == "RUNNING"]
+    listed = deployed_app(stack, "llm")["deployments"]["LLMServer"]["replicas"]
+    replicas = [r for r in listed if r["state"] == "RUNNING"]
     assert len(replicas) == 1, replicas
     names = sorted(p.name() for p in psutil.Process(replicas[0]["pid"]).children(recursive=True))
     engine = [n for n in names if n.startswith("VLLM::")]  # vLLM's process titles (comm keeps 15 characters)
