@@ -35,23 +35,26 @@ fi
 # (Ray's token auth serves a hello app; ports 32xxx, below the ephemeral range). Lane 3, in the foreground:
 # static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
 # Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core): one after the other they took 37-44 min, side by side
-# they end by ~30. Lane 1 is serial at about one core and sets the suite's length (bench/README.md, session 21).
+# they end by ~30. Lane 1 is serial at about one core and sets the suite's length (bench/README.md, session 21),
+# so lanes 2 and 3 (and the static checks) run at a lower CPU priority (nice): they take the core lane 1 leaves
+# and yield when lane 1's engine starts want both, instead of stretching the suite's longest lane.
 # Each lane's log follows once the foreground lane ends.
 mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
 MULTI=(tests/multiworker tests/integration/test_ray_token_auth.py)
+LOW=(nice -n 10)
 "${PYTEST[@]}" "${HEAVY[@]}" --ignore=tests/integration/test_ray_token_auth.py --basetemp=var/test-tmp/heavy \
   >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
-"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi >var/test-tmp/multi.log 2>&1 &
+"${LOW[@]}" "${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi >var/test-tmp/multi.log 2>&1 &
 multi_pid=$!
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
 static_rc=0
-"$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
-PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
-"$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
+"${LOW[@]}" "$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
+PYTHONPATH=plugins "${LOW[@]}" "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
+"${LOW[@]}" "$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
 say "static checks: rc $static_rc"
-"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker --basetemp=var/test-tmp/light
+"${LOW[@]}" "${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker --basetemp=var/test-tmp/light
 light_rc=$?
 say "unit tests done (rc $light_rc); the multi-worker Airflow (lane 2) so far, then as it goes:"
 tail -n +1 -f --pid="$multi_pid" var/test-tmp/multi.log
