@@ -199,6 +199,17 @@ class LocalSettings:
         return self.haproxy_metrics_port_setting or self.serve_port + 1101
 
     @property
+    def fallback_proxy_ports(self) -> tuple[int, int]:
+        """``(http, grpc)`` of Serve's fallback proxy, HAProxy's backup server for an app with no live replica.
+
+        Ray's are one per machine (8500, 9500): with two clusters on a host, the second's fallback proxy cannot bind
+        and HAProxy's backup line still names 8500, so during a rollout a request could reach the *other* cluster's
+        proxy and its app (seen: a translator rollout beside a vLLM stack answered 13 requests with vLLM's 404).
+        serve_port + 500 (Ray's own 8500 for the default serve_port) and + 510: one pair per cluster, clear of the
+        next 1000-port stack's (+ 1500, Ray's gRPC 9500 for 8000, would be the next stack's HTTP one)."""
+        return self.serve_port + 500, self.serve_port + 510
+
+    @property
     def direct_ingress_http_ports(self) -> tuple[int, int]:
         """``(min, max)`` of the HTTP ports this cluster's replicas serve on (gRPC: the same + 10000)."""
         first = self.direct_ingress_port_setting or DIRECT_INGRESS_FIRST_PORT + DIRECT_INGRESS_PORTS * (

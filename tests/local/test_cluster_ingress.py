@@ -27,6 +27,7 @@ print(json.dumps({
     "min_draining_s": c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S,
     "http_ports": [c.RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT, c.RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT],
     "grpc_ports": [c.RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT, c.RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT],
+    "fallback_ports": [c.RAY_SERVE_FALLBACK_PROXY_HTTP_PORT, c.RAY_SERVE_FALLBACK_PROXY_GRPC_PORT],
 }))
 """
 
@@ -106,6 +107,33 @@ def test_each_clusters_replicas_serve_on_their_own_ports(tmp_path: Path, monkeyp
     monkeypatch.setenv("RAYLIFT_DIRECT_INGRESS_PORT", "60000")
     with pytest.raises(RayliftValueError, match="RAYLIFT_DIRECT_INGRESS_PORT=60000 is out of range"):
         LocalSettings()
+
+
+def test_each_clusters_fallback_proxy_is_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HAProxy's backup server for an app with no live replica is Serve's fallback proxy, on Ray's one port per
+    machine (8500) unless set. A translator rollout in one stack beside a vLLM stack answered 13 requests with
+    vLLM's 404: the other cluster's proxy took them. Ray reads each cluster's own pair; no two clusters of the
+    project share one, and none meets another port of the project's stacks."""
+    seen = {port: serve_constants(settings_for(tmp_path / str(port), monkeypatch, RAYLIFT_SERVE_INGRESS="haproxy",
+                                               RAYLIFT_SERVE_PORT=str(port)))["fallback_ports"]
+            for port in PROJECT_SERVE_PORTS[:3]}
+    assert seen[8000][0] == 8500, seen  # Ray's own default for the default serve_port
+    for port, ports in seen.items():
+        assert ports == list(LocalSettings(serve_port=port).fallback_proxy_ports), (port, ports)
+    pairs = [LocalSettings(serve_port=port).fallback_proxy_ports for port in PROJECT_SERVE_PORTS]
+    fallback = [p for pair in pairs for p in pair]
+    assert len(set(fallback)) == len(fallback), pairs
+    from tests.multiworker.ray_clusters import BASES, head_ports
+
+    taken = set().union(*(head_ports(base) for base in BASES.values()))
+    for port in PROJECT_SERVE_PORTS:  # each stack's own ports: serve, HAProxy's two, its replicas' range
+        other = LocalSettings(serve_port=port)
+        first, last = other.direct_ingress_http_ports
+        taken |= {port, other.haproxy_stats_port, other.haproxy_metrics_port, *range(first, last + 1),
+                  *range(first + 10000, last + 10001)}
+    for base in (p - 10 for p in PROJECT_SERVE_PORTS if p != 8000):  # a test stack's ports by base (make_stack)
+        taken |= {base + 1, base + 80, base + 265, base + 379, *range(base + 500, base + 504)}
+    assert not taken & set(fallback), sorted(taken & set(fallback))
 
 
 def test_a_stopping_replica_drains_for_raylifts_period_not_the_external_balancers_30_s(

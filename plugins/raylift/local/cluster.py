@@ -136,6 +136,9 @@ class LocalRayCluster:
             "RAYLIFT_HAPROXY_REAL_BINARY": str(site[-1]),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
+            # HAProxy's backup server for an app with no live replica: this cluster's own (LocalSettings)
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(self.s.fallback_proxy_ports[0]),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(self.s.fallback_proxy_ports[1]),
             "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(self.haproxy_dir / "haproxy.cfg"),
             # this cluster's own ports for its replicas (see LocalSettings.direct_ingress_port_setting)
             **direct_ingress_env(*self.s.direct_ingress_http_ports),
