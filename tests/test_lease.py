@@ -55,17 +55,17 @@ def worker(spec: dict[str, Any]) -> None:
     holder = new_holder_id()
     if spec["mode"] == "hold":
         with manager.hold(holder, ttl_s=spec["ttl_s"], wait_s=30) as lease:
-            print(MARK + json.dumps({"token": lease.token, "holder": holder}), flush=True)
+            tell({"token": lease.token, "holder": holder})
             while True:  # a writer paused (SIGSTOP) and resumed sees its lease lost here, and stops
                 time.sleep(0.1)
                 if not manager.is_current(lease):
-                    print(MARK + json.dumps({"current": False}), flush=True)
+                    tell({"current": False})
                     return
     if spec["mode"] == "race":  # all claim a free lease at the same instant, round after round
         store = open_store(spec["uri"])
         managers = [LeaseManager(store, f"{KEY}-{r}") for r in range(spec["rounds"])]
         managers[0].current()  # the store's client is made before the first claim, not in it
-        print(MARK + json.dumps("ready"), flush=True)
+        tell("ready")
         _wait_for(go)
         start = float(go.read_text())  # type: ignore[union-attr]
         won = []
@@ -76,7 +76,7 @@ def worker(spec: dict[str, Any]) -> None:
                 won.append(r)
             except LeaseBusyError:
                 pass
-        print(MARK + json.dumps(won), flush=True)
+        tell(won)
         return
     _wait_for(go)
     counter = Path(spec["counter"])
@@ -99,6 +99,13 @@ def _sleep_until(t: float) -> None:
     time.sleep(max(0.0, t - time.time() - 0.005))
     while time.time() < t:  # the last few milliseconds spun, so the claims really start together
         pass
+
+
+def tell(message: Any) -> None:
+    """One message line to the test, in one write: ``print`` writes the text and its newline apart, and the lease's
+    renewal thread logged a warning between them (seen as ``{"current": false}2026-...`` on one line)."""
+    sys.stdout.write(f"{MARK}{json.dumps(message)}\n")
+    sys.stdout.flush()
 
 
 def _append(log: str, token: int, start: float, end: float) -> None:
