@@ -33,12 +33,14 @@ fi
 # together). Lane 2: the multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers, two Ray
 # clusters serving the translator app, no vLLM engine) and the integration modules that start no vLLM engine
 # (Ray's token auth serves a hello app, ports 32xxx, below the ephemeral range; the translator and llama.cpp apps
-# side by side, ports 23xxx: 3-4 min that lane 1 no longer waits for). Lane 3, in the foreground:
+# side by side, ports 23xxx). Lane 3, in the foreground:
 # static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
 # Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core): one after the other they took 37-44 min, side by side
 # they end by ~30. Lane 1 is serial at about one core and sets the suite's length (bench/README.md, session 21).
-# Its own work, not the other lanes, sets its length: at a higher CPU priority than they (nice -5 against 19) it
-# gained nothing measurable, and the starved unit tests took 37 min with 4 timing failures (bench/README.md, session 24).
+# The three together keep both cores busy (92 CPU-min in 47 min, session 24), so moving work between lanes or
+# giving lane 1 a higher CPU priority (nice -5 against 19: lane 1 43 min against 44.7 at equal priority, within its
+# run-to-run spread; the starved unit tests 37 min with 4 timing failures) barely changes the suite's length
+# (bench/README.md, session 24): only less work does.
 # Each lane's log follows once the foreground lane ends.
 mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
