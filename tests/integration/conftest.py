@@ -1,4 +1,5 @@
-"""What the integration modules share: plain vLLM's answers on the tiny model, recorded once per session.
+"""What the integration modules share: plain vLLM's answers on the tiny model, recorded once per session, and the
+serve-app modules' two helpers (a deploy that must succeed, an app as Serve's REST API lists it).
 
 Plain ``vllm serve`` (its API server, llm-cpu.yaml's options and env, weights loaded its default way) is the oracle
 of two modules: test_serve_apps compares the LLM app's answer to every conformance request with it, and
@@ -13,9 +14,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 
-from bench.harness.local_stack import ROOT, tiny_model_path
+from bench.harness.local_stack import ROOT, LocalStack, tiny_model_path
 from tests.serve_apps import openai_conformance as oc
 
 # Not a port of any stack: the stacks take 20xxx-29xxx by thousands, the multi-worker heads 30xxx/31xxx at the
@@ -43,3 +45,14 @@ def plain_vllm(tmp_path_factory: pytest.TempPathFactory) -> PlainVllm:
     print(f"plain vLLM: started, {len(recorded.answers)} requests recorded, stopped in "
           f"{time.monotonic() - started:.1f}s")
     return recorded
+
+
+def deployed_app(stack: LocalStack, name: str) -> dict:
+    apps = httpx.get(f"{stack.dashboard_url}/api/serve/applications/", timeout=10).json()["applications"]
+    return apps[name]
+
+
+def run_ok(stack: LocalStack, conf: dict) -> dict:
+    result = stack.dags_test("raylift_deploy", conf, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return stack.run_records()[-1]

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
-from tests.integration.conftest import PlainVllm
+from tests.integration.conftest import PlainVllm, deployed_app, run_ok
 from tests.serve_apps import openai_conformance as oc
 from tests.serve_apps.models import RUNTIME_PYTHON
 
@@ -37,17 +37,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         yield s
     finally:
         stop_cluster(s)
-
-
-def deployed_app(stack: LocalStack, name: str) -> dict:
-    apps = httpx.get(f"{stack.dashboard_url}/api/serve/applications/", timeout=10).json()["applications"]
-    return apps[name]
-
-
-def run_ok(stack: LocalStack, conf: dict) -> dict:
-    result = stack.dags_test("raylift_deploy", conf, timeout=600)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return stack.run_records()[-1]
 
 
 # -- the vLLM LLM app: the same answers as plain vLLM, and real clients ----------------------------

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from bench.harness.local_stack import LocalStack, make_stack, stop_cluster
+from tests.integration.conftest import deployed_app, run_ok
 from tests.serve_apps.models import tiny_gguf_dir, tiny_t5_path
 
 pytestmark = pytest.mark.integration
@@ -58,20 +59,9 @@ def translator_conf(**overrides: object) -> dict:
     return base | overrides
 
 
-def deployed_app(stack: LocalStack, name: str) -> dict:
-    apps = httpx.get(f"{stack.dashboard_url}/api/serve/applications/", timeout=10).json()["applications"]
-    return apps[name]
-
-
 def running_replicas(stack: LocalStack, app: str, deployment: str) -> int:
     replicas = deployed_app(stack, app)["deployments"][deployment]["replicas"]
     return sum(r["state"] == "RUNNING" for r in replicas)
-
-
-def run_ok(stack: LocalStack, conf: dict) -> dict:
-    result = stack.dags_test("raylift_deploy", conf, timeout=600)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return stack.run_records()[-1]
 
 
 def test_translator_answers_the_seed_client(stack: LocalStack) -> None:
