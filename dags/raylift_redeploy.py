@@ -25,11 +25,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param, TriggerRule, chain
+from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, TriggerRule, chain
 
 from raylift.assets import staged_model_alias
 from raylift.config import DEPLOY_DAG_ID, default_deferrable, redeploy_clusters, redeploy_cron
-from raylift.dag_params import NAME_PATTERN, deploy_params, target_params
+from raylift.dag_params import NAME_PATTERN, deploy_params, param, target_params
 from raylift.operators.record import FailRunIfAnyFailedOperator
 from raylift.operators.redeploy import LastGoodConfOperator, RedeployClustersOperator
 
@@ -46,7 +46,7 @@ with DAG(
     max_active_runs=1,
     render_template_as_native_obj=True,
     params={
-        "clusters": Param(
+        "clusters": param(
             redeploy_clusters(), type="array", uniqueItems=True,
             items={"type": ["string", "null"], "pattern": NAME_PATTERN},
             description="The clusters to redeploy, by raylift_cluster connection id (each runs only if its connection "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from raylift.config import DEFAULT_APP_NAME
-from raylift.dag_params import NAME_PATTERN, target_params
+from raylift.dag_params import NAME_PATTERN, param, target_params
 from raylift.operators.cluster import UndeployAppOperator
 
 with DAG(
@@ -19,7 +19,7 @@ with DAG(
     render_template_as_native_obj=True,
     params={
         **target_params(),
-        "app_name": Param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve app to remove"),
+        "app_name": param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve app to remove"),
     },
     tags=["raylift"],
     doc_md=__doc__,

@@ -24,9 +24,19 @@ from raylift.config import (
 )
 from raylift.targets import TARGETS
 
+# jsonschema checks a schema against its draft's metaschema on every validation, and Airflow validates every Param of
+# a task each time it serializes the DAG (the DAG processor's every parse, each `dags test`) or runs a task. Against
+# draft 2020-12's metaschema (jsonschema's default) that check cost raylift_deploy's serialization 1.07 s of CPU;
+# against draft-07's, 0.33 s (bench/param_schema_cost.py). The schemas here use only keywords both drafts read alike.
+JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 # A served model name as hubs spell them ("meta-llama/Llama-2-13b-chat-hf"): segments joined by single "/"
 SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*$"
+
+
+def param(default: Any, description: str | None = None, **schema: Any) -> Param:
+    """An Airflow Param whose JSON schema names draft-07 (see JSON_SCHEMA_DRAFT); keywords as ``Param``'s."""
+    return Param(default, description=description, schema={"$schema": JSON_SCHEMA_DRAFT, **schema})
 
 
 def default_model_source() -> str:
@@ -36,14 +46,14 @@ def default_model_source() -> str:
 
 def target_params() -> dict[str, Param]:
     return {
-        "cluster_conn_id": Param(
+        "cluster_conn_id": param(
             None, type=["null", "string"], pattern=NAME_PATTERN,
             description="The cluster, by Airflow connection id (type raylift_cluster: its kind, where it is, its Ray "
             "token, its state store). null: the target Param with target_options (local needs nothing).",
         ),
-        "target": Param("local", type="string", enum=sorted(TARGETS),
+        "target": param("local", type="string", enum=sorted(TARGETS),
                         description="Where to deploy when no cluster connection is named (with one: its kind)"),
-        "target_options": Param(
+        "target_options": param(
             {},
             type="object",
             description="Target-specific options (ECS/EKS: cluster, services, bucket, conn ids...; ray, a Ray cluster "
@@ -56,29 +66,29 @@ def deploy_params() -> dict[str, Param]:
     slo_number = {"type": ["number", "null"], "minimum": 0}
     params: dict[str, Any] = {
         **target_params(),
-        "model_source": Param(
+        "model_source": param(
             default_model_source(),
             type="string",
             minLength=1,
             description="Local path, file://, s3://bucket/prefix, or a hub repo id (org/name)",
         ),
-        "model_id": Param("raylift/tiny-llama", type="string", minLength=1, description="Name in the model store"),
-        "revision": Param("", type=["string", "null"], description="Hub revision / tag (empty: default)"),
-        "hub_allow_patterns": Param(
+        "model_id": param("raylift/tiny-llama", type="string", minLength=1, description="Name in the model store"),
+        "revision": param("", type=["string", "null"], description="Hub revision / tag (empty: default)"),
+        "hub_allow_patterns": param(
             None, type=["null", "array"], items={"type": "string"},
             description="Hub sources: only files matching these globs (null: all), e.g. [\"*.json\", \"*Q4_K_M.gguf\"]",
         ),
-        "hub_ignore_patterns": Param(
+        "hub_ignore_patterns": param(
             None, type=["null", "array"], items={"type": "string"},
             description="Hub sources: skip files matching these globs. null: skip duplicate weight formats "
             "(*.bin, *.pth, original/*, *.gguf... when *.safetensors exist); []: take every file",
         ),
-        "served_name": Param(
+        "served_name": param(
             "tiny-llama", type="string", pattern=SERVED_NAME_PATTERN, maxLength=128,
             description="Model name clients send in requests (may hold '/', e.g. meta-llama/Llama-2-13b-chat-hf)",
         ),
-        "app_name": Param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
-        "serve_config": Param(
+        "app_name": param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
+        "serve_config": param(
             "auto", type="string", pattern=r"^(auto|[A-Za-z0-9._-]+\.ya?ml)$",
             description="Base Serve config in serve_apps/configs/: picks the app (llm-*, translator-*, llamacpp-*) "
             "and its hardware profile (cpu, gpu, gpu-tp4, gpu-pp3-tp4, neuron, graviton). auto: follow the cluster's "
@@ -86,20 +96,20 @@ def deploy_params() -> dict[str, Param]:
             "Inferentia/Trainium, llamacpp-graviton.yaml on Graviton, else llm-cpu.yaml; local and ray: llm-cpu.yaml). "
             "A named profile the cluster's instances cannot run is refused before anything is applied",
         ),
-        "route_prefix": Param(
+        "route_prefix": param(
             None, type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",
             description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own",
         ),
-        "replicas": Param(1, type="integer", minimum=1, maximum=64,
+        "replicas": param(1, type="integer", minimum=1, maximum=64,
                           description="Serve replicas of the model (Ray Serve needs at least 1; raylift_undeploy removes an app)"),
-        "surge_replicas": Param(
+        "surge_replicas": param(
             ROLLOUT_SURGE_REPLICAS, type="integer", minimum=0, maximum=8,
             description="Replicas a code update (new weights, engine args, package) starts beside the old ones before "
             "stopping them: start-before-stop, no request fails. 0: stop-before-start, for a cluster with no room for "
             "one more replica; Serve then stops old replicas before the new ones load, and a 1-replica app is dark "
             "for its whole model load (the deploy logs how long)",
         ),
-        "autoscaling": Param(
+        "autoscaling": param(
             {},
             type="object",
             properties={
@@ -116,31 +126,31 @@ def deploy_params() -> dict[str, Param]:
             '{"target_ongoing_requests": 2, "max_ongoing_requests": 5, "min_replicas": 0, "max_replicas": 5, '
             '"downscale_delay_s": 600}',
         ),
-        "workers": Param(0, type="integer", minimum=0, maximum=64, description="Ray worker nodes besides the head"),
-        "engine_args": Param(
+        "workers": param(0, type="integer", minimum=0, maximum=64, description="Ray worker nodes besides the head"),
+        "engine_args": param(
             {}, type="object",
             description="Extra engine args: vLLM's for llm-*.yaml (e.g. {\"max_model_len\": 2048}), "
             "llama_cpp.Llama's for llamacpp-*.yaml (e.g. {\"n_ctx\": 2048}); none for the translator",
         ),
-        "app_args": Param(
+        "app_args": param(
             {}, type="object",
             description="Extra args for the Serve app (e.g. {\"default_max_tokens\": 128, \"frontend_args\": {\"response_role\": \"assistant\"}})",
         ),
-        "benchmark_profile": Param(
+        "benchmark_profile": param(
             "smoke", type="string", enum=["smoke", "short", "llmperf-inf2"], description="Request size profile"
         ),
-        "concurrency": Param(
+        "concurrency": param(
             [1, 4], type="array", items={"type": "integer", "minimum": 1, "maximum": 256}, minItems=1,
             description="Concurrency levels to measure",
         ),
-        "requests_per_level": Param(DEFAULT_REQUESTS_PER_LEVEL, type="integer", minimum=1, maximum=2000, description="Requests per level"),
-        "max_seconds_per_level": Param(
+        "requests_per_level": param(DEFAULT_REQUESTS_PER_LEVEL, type="integer", minimum=1, maximum=2000, description="Requests per level"),
+        "max_seconds_per_level": param(
             DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, type="number", exclusiveMinimum=0,
             maximum=MAX_BENCHMARK_LEVEL_TIMEOUT_S,
             description="Each level's time bound in seconds (llmperf's --timeout); requests still running then "
             "are cut off and counted apart",
         ),
-        "cost": Param(
+        "cost": param(
             {},
             type="object",
             properties={
@@ -152,7 +162,7 @@ def deploy_params() -> dict[str, Param]:
             "and USD per instance-hour overrides, e.g. {\"prices\": {\"local\": 0.5, \"g5.xlarge\": 0.8}} "
             "(a negotiated rate, or a figure for this machine: 'local' is 0 by default)",
         ),
-        "sweep": Param(
+        "sweep": param(
             {},
             type="object",
             properties={
@@ -166,11 +176,11 @@ def deploy_params() -> dict[str, Param]:
             "output tokens/s grows less than min_gain (0.05) or an SLO breaks, at most max_concurrency (64); the "
             "report marks the knee. E.g. {\"max_concurrency\": 32}",
         ),
-        "warmup_requests": Param(
+        "warmup_requests": param(
             0, type="integer", minimum=0, maximum=1000,
             description="Untimed requests sent before the measured ones (e.g. to fill caches and compile paths)",
         ),
-        "slos": Param(
+        "slos": param(
             {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None, "max_error_rate": 0.0},
             type="object",
             properties={
@@ -181,47 +191,47 @@ def deploy_params() -> dict[str, Param]:
             additionalProperties=False,
             description="Release gates; null = not checked",
         ),
-        "release": Param(
+        "release": param(
             "canary", type="string", enum=["canary", "direct"],
             description="canary: a changed app starts as <app>-canary beside the serving one, is measured with it in "
             "the same rounds, and replaces it only if the gate promotes it (no user request meets a rejected "
             "candidate). direct: applied to the app itself and judged against the anchor's samples from another "
             "moment. A first deploy is always direct",
         ),
-        "max_regression": Param(
+        "max_regression": param(
             DEFAULT_MAX_REGRESSION, type="number", minimum=0, exclusiveMaximum=1,
             description="Regression gate: the largest slowdown of a metric (latency up, tokens/s down) allowed "
             "against what serves (a fraction). Levels with fewer than "
             f"{REGRESSION_MIN_REQUESTS} finished requests fail the gate",
         ),
-        "max_cumulative_regression": Param(
+        "max_cumulative_regression": param(
             DEFAULT_MAX_CUMULATIVE_REGRESSION, type="number", minimum=0, maximum=10,
             description="Regression gate: the largest slowdown allowed since the anchor (the last release whose "
             "verdict was a pass), this release's change chained onto those promoted since it",
         ),
-        "regression_confidence": Param(
+        "regression_confidence": param(
             DEFAULT_REGRESSION_CONFIDENCE, type="number", minimum=0.5, exclusiveMaximum=1,
             description="Regression gate: confidence of each metric's interval for the change "
             "(Mann-Whitney / Hodges-Lehmann on per-request samples; see docs/benchmark-metrics.md)",
         ),
-        "on_inconclusive": Param(
+        "on_inconclusive": param(
             DEFAULT_ON_INCONCLUSIVE, type="string", enum=["hold", "pass", "fail"],
             description="What an inconclusive verdict does: hold (an approval step in Required Actions / the REST "
             "API), pass (promote; the anchor stays), fail (roll back). raylift_redeploy passes fail",
         ),
-        "approval_timeout_minutes": Param(
+        "approval_timeout_minutes": param(
             APPROVAL_TIMEOUT_MINUTES, type="number", exclusiveMinimum=0, maximum=1440,
             description="How long a held release waits for a person before approval_default applies",
         ),
-        "approval_default": Param(
+        "approval_default": param(
             APPROVAL_DEFAULT, type="string", enum=["approve", "reject"],
             description="A held release's outcome when nobody answers in time",
         ),
-        "regression_strict": Param(
+        "regression_strict": param(
             DEFAULT_REGRESSION_STRICT, type="boolean",
             description="The older spelling of on_inconclusive: fail (true wins over on_inconclusive)",
         ),
-        "regression_baseline": Param(
+        "regression_baseline": param(
             "last_good", type="string", enum=["last_good", "none"],
             description="last_good: judge against the anchor (direct) and chain changes since it (canary). none: "
             "start a new anchor (after the cluster or machine changed under an unchanged app; SLOs still apply)",

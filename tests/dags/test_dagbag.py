@@ -39,6 +39,8 @@ print(json.dumps({
     "imported": sorted(set(sys.modules) - baseline),
     "deferrable": {f"{d.dag_id}.{t.task_id}": t.deferrable for d in bag.dags.values() for t in d.tasks
                    if isinstance(getattr(t, "deferrable", None), bool)},
+    "param_drafts": {f"{d.dag_id}.{k}": d.params.get_param(k).schema.get("$schema") for d in bag.dags.values()
+                     for k in d.params},
 }))
 """
 
@@ -74,6 +76,17 @@ def test_each_file_parses_within_the_bound(parsed: dict) -> None:
 def test_a_parse_imports_nothing_heavy(parsed: dict) -> None:
     heavy = sorted(m for m in parsed["imported"] if any(m == h or m.startswith(f"{h}.") for h in HEAVY))
     assert not heavy, f"parsing the DAG files imported {heavy[:12]}: import them inside the task instead"
+
+
+def test_every_param_names_the_draft_that_is_cheap_to_check(parsed: dict) -> None:
+    """Airflow checks each Param's schema against its draft's metaschema every time it serializes a DAG or runs a
+    task; draft 2020-12's (jsonschema's default when a schema names none) cost 3.4x draft-07's
+    (bench/param_schema_cost.py), so every raylift Param is made by ``raylift.dag_params.param``."""
+    from raylift.dag_params import JSON_SCHEMA_DRAFT
+
+    assert parsed["param_drafts"], "no Params found"
+    other = {name: draft for name, draft in parsed["param_drafts"].items() if draft != JSON_SCHEMA_DRAFT}
+    assert not other, f"Params not made by raylift.dag_params.param: {other}"
 
 
 def test_every_wait_follows_default_deferrable(parsed: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
