@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +56,18 @@ def server(plugins: tuple[str, FastAPI]) -> Iterator[str]:
     url, parent = plugins
     with signed_in_as(parent, SimpleAuthManagerUser(username="viewer", role="viewer")):
         yield url
+
+
+def test_loading_the_plugin_builds_no_app() -> None:
+    """Airflow loads plugins in every process (each task's runner, for macros) and only the api-server serves the
+    reports app: loading the plugin must not build it (the tests below reach it through the mount, which builds it
+    on the first request)."""
+    code = ("import sys, raylift.plugin as p; app = p.RayliftPlugin.fastapi_apps[0]['app']; "
+            "print(type(app).__name__, 'raylift.reports_app' in sys.modules, type(getattr(app, 'app', app)).__name__)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ReportsApp", "False", "FastAPI"], done.stdout
 
 
 @pytest.mark.parametrize("path", ["/", f"/runs/{RUN_ID}/", f"/runs/{run_key(RUN_ID).rsplit('/', 1)[1]}/benchmark.html",

@@ -8,16 +8,45 @@ benchmark task's "Benchmark report" extra link.
 
 from __future__ import annotations
 
+import threading
+from typing import TYPE_CHECKING, Any
+
 from airflow.plugins_manager import AirflowPlugin
 
 from raylift.config import REPORTS_URL_PREFIX
 from raylift.operators.benchmark import BenchmarkReportLink
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
-def _reports_app() -> dict:
-    from raylift.reports_app import create_app
 
-    return {"app": create_app(), "url_prefix": REPORTS_URL_PREFIX, "name": "raylift benchmark reports"}
+class ReportsApp:
+    """The reports app as an ASGI app that builds itself on its first request.
+
+    Airflow loads plugins in every process, each task's runner included (for macros), and only the api-server
+    ever serves this app; building it (FastAPI and its routes) on load cost each of those processes 1.4 s of CPU
+    (bench/airflow_process_cost.py)."""
+
+    def __init__(self) -> None:
+        self._app: FastAPI | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def app(self) -> FastAPI:
+        """The FastAPI app, built once."""
+        with self._lock:
+            if self._app is None:
+                from raylift.reports_app import create_app
+
+                self._app = create_app()
+            return self._app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+def _reports_app() -> dict[str, Any]:
+    return {"app": ReportsApp(), "url_prefix": REPORTS_URL_PREFIX, "name": "raylift benchmark reports"}
 
 
 class RayliftPlugin(AirflowPlugin):
