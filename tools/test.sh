@@ -41,12 +41,9 @@ fi
 # giving lane 1 a higher CPU priority (nice -5 against 19: lane 1 43 min against 44.7 at equal priority, within its
 # run-to-run spread; the starved unit tests 37 min with 4 timing failures) barely changes the suite's length
 # (bench/README.md, session 24): only less work does.
-# Lane 1 runs the entry points first: a real Airflow's scheduler, triggerer and approval step mostly wait, so they
-# cost little while lanes 2-3 keep the cores busy; the deploys that need CPU (AWS, Compose, local) then get more of
-# it once lanes 2-3 end, where lane 1 used to run alone on waits (bench/README.md, session 25).
 # Each lane's log follows once the foreground lane ends.
 mkdir -p var/test-tmp
-HEAVY=(tests/entrypoints tests/integration)
+HEAVY=(tests/integration tests/entrypoints)
 MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/test_translator_and_llamacpp.py)
 MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}")
 "${PYTEST[@]}" "${HEAVY[@]}" "${MULTI_INTEGRATION[@]/#/--ignore=}" --basetemp=var/test-tmp/heavy \
