@@ -37,10 +37,10 @@ fi
 # static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
 # Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core): one after the other they took 37-44 min, side by side
 # they end by ~30. Lane 1 is serial at about one core and sets the suite's length (bench/README.md, session 21).
-# The three together keep both cores busy (92 CPU-min in 47 min, session 24), so moving work between lanes or
-# giving lane 1 a higher CPU priority (nice -5 against 19: lane 1 43 min against 44.7 at equal priority, within its
-# run-to-run spread; the starved unit tests 37 min with 4 timing failures) barely changes the suite's length
-# (bench/README.md, session 24): only less work does.
+# The three together keep both cores busy until lane 2 ends (~21 min), then ~1.5-1.9 until the unit tests end; lane 1
+# then runs alone at ~1 core (bench/README.md, session 25). Moving work between lanes, a higher CPU priority for
+# lane 1 (session 24: within its run-to-run spread; the starved unit tests failed timing checks) or running the
+# entry points first (session 25: 42 min 48 s against 42 min 22 s) barely changed the suite's length: less work did.
 # Each lane's log follows once the foreground lane ends.
 mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
