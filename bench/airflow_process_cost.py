@@ -1,7 +1,8 @@
 """What raylift adds to every Airflow process, in CPU time: its Params and its plugin.
 
-Params: CPU to serialize the raylift_deploy DAG and to validate its Params, with the shipped schemas (draft-07, ``raylift.dag_params.JSON_SCHEMA_DRAFT``) against the same schemas without ``$schema``
-(jsonschema then checks each against draft 2020-12's metaschema, its default).
+Params: CPU to serialize the raylift_deploy DAG and to validate its Params, with the shipped schemas (draft-07,
+``raylift.dag_params.JSON_SCHEMA_DRAFT``) against the same schemas without ``$schema`` (jsonschema then checks each
+against draft 2020-12's metaschema, its default).
 
 Airflow validates every Param of a task (jsonschema's ``validate``: the schema against its draft's metaschema, then
 the value) each time it serializes the DAG (twice per task: ``ParamsDict.__eq__`` and ``__repr__``) and when a task
@@ -20,7 +21,6 @@ Writes bench/results/airflow_process_cost.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -37,12 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_deploy_dag() -> Any:
+    """raylift_deploy as Airflow's own DagBag parses it."""
+    from airflow.dag_processing.dagbag import DagBag
+
     sys.path.insert(0, str(ROOT / "plugins"))
-    spec = importlib.util.spec_from_file_location("raylift_deploy_dag", ROOT / "dags/raylift_deploy.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag if hasattr(module, "dag") else next(v for v in vars(module).values() if type(v).__name__ == "DAG")
+    bag = DagBag(dag_folder=str(ROOT / "dags/raylift_deploy.py"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags["raylift_deploy"]
 
 
 def schemas(dag: Any) -> list[dict[str, Any]]:

@@ -26,8 +26,8 @@ from raylift.targets import TARGETS
 
 # jsonschema checks a schema against its draft's metaschema on every validation, and Airflow validates every Param of
 # a task each time it serializes the DAG (the DAG processor's every parse, each `dags test`) or runs a task. Against
-# draft 2020-12's metaschema (jsonschema's default) that check cost raylift_deploy's serialization 1.07 s of CPU;
-# against draft-07's, 0.33 s (bench/airflow_process_cost.py). The schemas here use only keywords both drafts read alike.
+# draft 2020-12's metaschema (jsonschema's default) that check cost raylift_deploy's serialization 1.02 s of CPU;
+# against draft-07's, 0.32 s (bench/airflow_process_cost.py). The schemas here use only keywords both drafts read alike.
 JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 # A served model name as hubs spell them ("meta-llama/Llama-2-13b-chat-hf"): segments joined by single "/"

@@ -33,13 +33,14 @@ class ReportsApp:
 
     @property
     def app(self) -> FastAPI:
-        """The FastAPI app, built once."""
-        with self._lock:
-            if self._app is None:
-                from raylift.reports_app import create_app
+        """The FastAPI app, built once (the lock only while it is built, not on every request)."""
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    from raylift.reports_app import create_app
 
-                self._app = create_app()
-            return self._app
+                    self._app = create_app()
+        return self._app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await self.app(scope, receive, send)

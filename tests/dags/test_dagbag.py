@@ -80,7 +80,7 @@ def test_a_parse_imports_nothing_heavy(parsed: dict) -> None:
 
 def test_every_param_names_the_draft_that_is_cheap_to_check(parsed: dict) -> None:
     """Airflow checks each Param's schema against its draft's metaschema every time it serializes a DAG or runs a
-    task; draft 2020-12's (jsonschema's default when a schema names none) cost 3.4x draft-07's
+    task; draft 2020-12's (jsonschema's default when a schema names none) cost 3.2x draft-07's
     (bench/airflow_process_cost.py), so every raylift Param is made by ``raylift.dag_params.param``."""
     from raylift.dag_params import JSON_SCHEMA_DRAFT
 
