@@ -135,3 +135,36 @@ def test_a_job_sent_before_the_heads_job_agent_is_up_is_sent_again(monkeypatch: 
     with serve_http(AgentLate) as port:
         assert RayDashboardHook(f"http://127.0.0.1:{port}").submit_job("python -V") == "raysubmit_1"
     assert AgentLate.posts == 2
+
+
+def test_every_dashboard_call_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx builds a TLS context for each call or client it is not given one (the CA bundle parsed again: 46 ms of
+    CPU here, plain-HTTP dashboard or not); the hook's calls, sync and async, build one per process. Counted at
+    OpenSSL's CA load, which still runs (a counting pass-through)."""
+    import asyncio
+    import ssl
+
+    from raylift.hooks.ray_dashboard import tls_context
+
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    tls_context.cache_clear()
+
+    class Apps(JsonHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self._json({"applications": {}})
+
+    with serve_http(Apps) as port:
+        hook = RayDashboardHook(f"http://127.0.0.1:{port}")
+        for _ in range(3):
+            assert hook.is_up()
+            assert hook.serve_applications() == {"applications": {}}
+            assert hook.poll_serve_applications() == {"applications": {}}
+            assert asyncio.run(hook.aserve_applications()) == {"applications": {}}
+    assert len(loads) == 1, loads
