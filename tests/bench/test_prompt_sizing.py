@@ -104,3 +104,37 @@ def test_an_endpoint_without_tokenize_keeps_word_prompts() -> None:
 
     assert asyncio.run(run()) == specs
     assert all(s.prompt_tokens is None for s in specs)
+
+
+def test_prompts_are_sized_several_at_a_time_in_order() -> None:
+    """Each prompt is three or more round trips; they overlap, at most ``SIZING_CONCURRENCY`` at once, and the result
+    is what sizing one at a time gives, in the same order."""
+    from raylift.bench.prompt_sizing import SIZING_CONCURRENCY
+
+    specs = [RequestSpec(accented(s.prompt), 64, s.output_tokens)
+             for s in generate_requests(get_profile("smoke"), 3 * SIZING_CONCURRENCY, seed_offset=5)]
+    in_flight, most = 0, 0
+
+    async def slow(endpoint: ByteTokenizerEndpoint, path: str, payload: dict[str, Any]) -> tuple[int, Any]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.002)  # a round trip: the next call waits for the answer
+            return await endpoint.post(path, payload)
+        finally:
+            in_flight -= 1
+
+    async def run(**concurrency: int) -> list[RequestSpec]:
+        endpoint = ByteTokenizerEndpoint()
+        tokenizer = await endpoint_tokenizer(lambda path, payload: slow(endpoint, path, payload), "m")
+        assert tokenizer is not None
+        return await size_prompts(tokenizer, specs, **concurrency)
+
+    one_at_a_time = asyncio.run(run(concurrency=1))
+    assert most == 1
+    most = 0
+    together = asyncio.run(run())  # as the benchmark runner calls it
+    assert most == SIZING_CONCURRENCY
+    assert [s.prompt for s in together] == [s.prompt for s in one_at_a_time]
+    assert [s.prompt_tokens for s in together] == [s.prompt_tokens for s in one_at_a_time]
