@@ -13,10 +13,10 @@ UV=$RAYLIFT_CACHE/uvtool/bin/uv
 # -march=native, no OpenMP, no llava/tools/tests/server), as images/ray-llamacpp-arm64 builds it.
 LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF"
 # uv installs no bytecode, and PYTHONDONTWRITEBYTECODE (set on this machine and CI's) would stop Python from caching
-# it, so every process would compile what it imports again (each vLLM engine start is two such processes, each
-# Airflow task one). raylift's processes cache it as Python does by default: once per module, on its first import,
-# only for what is imported (about a sixth of the two venvs' files; compiling all of them up front was 75-80 s of
-# every fresh setup: bench/README.md, session 26). Containers keep their images' own setting.
+# it, so every process would compile what it imports again (each Airflow task, each test process). raylift's
+# processes cache it as Python does by default: once per module, on its first import, only what is imported
+# (compiling the whole control venv up front was 70-80 s of every fresh setup; tools/setup.sh compiles the runtime
+# venv's, and says why). Containers keep their images' own setting.
 unset PYTHONDONTWRITEBYTECODE
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$RAYLIFT_CACHE/uv}
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$RAYLIFT_CACHE/pip}
