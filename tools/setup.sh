@@ -31,10 +31,10 @@ build_venv() {  # name venv stamp installer...
 # uv installs no bytecode. The runtime venv's is compiled once, up front: every Ray and vLLM process imports from it,
 # some of them where Python does not cache bytecode (an image's PYTHONDONTWRITEBYTECODE in the Compose test, and
 # multiprocessing children started with -B), and the first engine start of a run would otherwise compile vLLM's
-# imports on its own path (+31 s for the first ECS deploy in session 26's run 10). The control venv is left to
-# Python's own cache (tools/env.sh): each module compiled on its first import, only what is imported (compiling
-# all of it up front was 70-80 s of every fresh setup). About 40 s on 2 cores; also for a venv built before this
-# step existed.
+# imports on its own path (+31 s for the first ECS deploy in session 26's run 10). The control and tools venvs are
+# left to Python's own cache (tools/env.sh): each module compiled on its first import, only what is imported
+# (compiling the control venv up front was 70-80 s of every fresh setup). 38-49 s on 2 cores here; also for a venv
+# built before this step existed.
 compile_bytecode() {  # name venv
   local name=$1 venv=$2 site
   local marker="$venv/.raylift-bytecode"

@@ -138,7 +138,7 @@ def test_a_job_sent_before_the_heads_job_agent_is_up_is_sent_again(monkeypatch: 
 
 
 def test_every_dashboard_call_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx builds a TLS context for each call or client it is not given one (the CA bundle parsed again: 46 ms of
+    """httpx builds a TLS context for each call or client it is not given one (the CA bundle parsed again: 48 ms of
     CPU here, plain-HTTP dashboard or not); the hook's calls, sync and async, build one per process. Counted at
     OpenSSL's CA load, which still runs (a counting pass-through)."""
     import asyncio

@@ -31,7 +31,8 @@ WORDS = "words"  # prompt_sizing when the endpoint has no tokenizer to ask
 TOKENIZER = "tokenizer"  # prompt_sizing when /tokenize sized every prompt
 _MAX_TRIES = 8  # decode -> encode rarely differs by more than a merge or two; each try moves the cut
 # Prompts sized at once. Each takes three or more round trips to the endpoint, one after another; one prompt at a
-# time, the README's 128 requests per level at two levels took 12 s before the first timed request.
+# time, the Compose run's benchmark (the README's trigger) had its first timed requests done 12.2 s after its task
+# started, 8.8 s in a run with this (bench/README.md, session 26).
 SIZING_CONCURRENCY = 8
 
 

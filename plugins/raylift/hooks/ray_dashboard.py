@@ -48,8 +48,8 @@ JOB_AGENT_NOT_READY = "No available agent to submit job"
 def tls_context() -> ssl.SSLContext:
     """The TLS context of every dashboard request in this process (httpx's default verification: its CA bundle).
 
-    Each httpx call or client without one builds its own, parsing the CA bundle again: 46 ms of CPU here, paid
-    even for a plain-HTTP dashboard, against 0.13 ms with this one; a deploy run makes dozens of dashboard calls
+    Each httpx call or client without one builds its own, parsing the CA bundle again: 48.4 ms of CPU here,
+    paid even for a plain-HTTP dashboard, against 0.24 ms with this one; a deploy run makes dozens of dashboard calls
     (bench/README.md, session 26)."""
     return httpx.create_ssl_context()
 
