@@ -191,7 +191,7 @@ def cloud(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     started = time.monotonic()
     reset(moto_url)
     home = tmp_path_factory.mktemp("aws")
-    stack = make_stack(home, port_base=PORT_BASE)
+    stack = make_stack(home, port_base=PORT_BASE, warm_cli=True)
     content_tag = image_tag(image_content_digest(ROOT, "ray-vllm-gpu"))
     ecs_options, ecs_extra = tool_target_options(create_ecs_stack(moto_url, content_tag=content_tag))
     eks_options, _ = tool_target_options(create_eks_stack(moto_url))

@@ -54,7 +54,7 @@ RECOVERY_TIMEOUT_S = 600
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    s = make_stack(tmp_path_factory.mktemp("rl"), port_base=21000)
+    s = make_stack(tmp_path_factory.mktemp("rl"), port_base=21000, warm_cli=True)
     try:
         yield s
     finally:
@@ -227,21 +227,31 @@ def test_benchmark_prompts_have_the_requested_length_in_the_served_tokenizer(sta
         assert abs(level["sized_input_tokens"] - level["requested_input_tokens"]) <= level["requests"], level
 
 
-def test_a_sweep_on_the_tiny_model_stops_by_itself_and_names_its_knee(stack: LocalStack) -> None:
+def test_a_sweep_on_the_tiny_model_stops_where_its_rule_says_and_names_its_knee(stack: LocalStack) -> None:
     from raylift.bench.runner import run_benchmark
 
-    result = run_benchmark(stack.serve_url, MODEL, sweep={"max_concurrency": 256}, requests_per_level=16,
+    result = run_benchmark(stack.serve_url, MODEL, sweep={"max_concurrency": 64}, requests_per_level=16,
                            max_seconds_per_level=60)
     sweep = result["sweep"]
-    print("sweep:", sweep, {lv["concurrency"]: round(lv["output_tokens_per_s"]) for lv in result["levels"]})
-    # 2 replicas on 2 cores saturate: the climb ends on its own, by the gain rule, not at the cap (each level
-    # sends 4 requests per stream, so a level past saturation cannot read as growth). Through HAProxy the tiny
-    # model's batches keep growing to 64 streams (1440 -> 2399 tok/s from 32 to 64); past 2 x max_ongoing_requests
-    # (128) Serve only queues, so the cap is 256.
-    assert "throughput gain" in sweep["stop_reason"], sweep
-    assert [lv["requests"] for lv in result["levels"]] == [max(16, 4 * c) for c in sweep["levels"]], result["levels"]
     by = {lv["concurrency"]: lv["output_tokens_per_s"] for lv in result["levels"]}
-    assert sweep["knee_concurrency"] in by and by[sweep["knee_concurrency"]] * 1.05 >= max(by.values())
+    print("sweep:", sweep, {c: round(t) for c, t in by.items()})
+    # Where a real server's climb ends depends on the machine's load while it runs: here it stopped by the gain rule
+    # at 8-16 streams, on CI (the heavy part beside it) it grew level after level to the cap (629, 688, 748, 951
+    # tok/s from 16 to 128 streams). The stub's test (tests/bench/test_runner.py) pins the gain rule on a server that
+    # saturates for sure; this one checks the rule against the levels as measured: it went on only while each
+    # level gained at least min_gain, and stopped at the first that did not, or at the cap.
+    levels, reason = sweep["levels"], sweep["stop_reason"]
+    assert levels == [lv["concurrency"] for lv in result["levels"]] == [1, 2, 4, 8, 16, 32, 64][:len(levels)], sweep
+    gains = [by[b] / by[a] - 1 for a, b in zip(levels, levels[1:])]
+    assert all(g >= 0.05 for g in gains[:-1]), (gains, sweep)
+    if reason.startswith("throughput gain"):
+        assert gains[-1] < 0.05, (gains, sweep)
+    else:
+        assert reason == "reached max concurrency 64" and levels[-1] == 64 and gains[-1] >= 0.05, (gains, sweep)
+    assert [lv["requests"] for lv in result["levels"]] == [max(16, 4 * c) for c in levels], result["levels"]
+    # the knee by its definition, from the measured levels: the lowest within 5 % of the top
+    knee, top = sweep["knee_concurrency"], max(by.values())
+    assert by[knee] * 1.05 >= top and all(by[c] * 1.05 < top for c in levels if c < knee), (knee, by)
     assert all(lv["errors"] == 0 for lv in result["levels"])
 
 

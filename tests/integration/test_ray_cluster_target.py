@@ -107,7 +107,7 @@ def _stop_head(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, ray_head: subprocess.Popen[bytes]) -> LocalStack:
-    return make_stack(tmp_path_factory.mktemp("rc"), port_base=24000)
+    return make_stack(tmp_path_factory.mktemp("rc"), port_base=24000, warm_cli=True)
 
 
 def _answers(url: str) -> bool:

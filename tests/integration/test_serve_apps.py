@@ -32,7 +32,7 @@ PORT_BASE = 27000
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    s = make_stack(tmp_path_factory.mktemp("apps"), port_base=PORT_BASE)
+    s = make_stack(tmp_path_factory.mktemp("apps"), port_base=PORT_BASE, warm_cli=True)
     try:
         yield s
     finally:

@@ -38,7 +38,7 @@ SEED_AUTOSCALING = {  # the KubeRay seed's Serve autoscaling settings
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     tiny_t5_path(), tiny_gguf_dir()  # generated (and cached) before the clock of any DAG run starts
-    s = make_stack(tmp_path_factory.mktemp("apps"), port_base=PORT_BASE)
+    s = make_stack(tmp_path_factory.mktemp("apps"), port_base=PORT_BASE, warm_cli=True)
     try:
         yield s
     finally:
