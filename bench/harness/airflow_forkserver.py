@@ -9,8 +9,9 @@ lane. Forked from a server that paid this once (~11 CPU-s), the same command cos
 Celery's prefork pool); the child runs Airflow's own ``main()`` with the command's argv, so what runs is the CLI a
 user runs. The DAG folder is still parsed in every child, so raylift's code is never stale.
 
-The server is started on the first command with the stack's environment then and serves only that environment: a
-command with another one (a fixture added a connection) restarts it with the new one (:meth:`AirflowForkServer.run`).
+The server is started with the stack's environment (:meth:`AirflowForkServer.prestart`, so its warm-up overlaps what
+the fixture does next, or on the first command) and serves only that environment: a command with another one (a
+fixture added a connection) restarts it with the new one (:meth:`AirflowForkServer.run`).
 
 Protocol: one Unix-socket connection per command. The client sends one JSON line (argv, cwd, the output files); the
 server forks, answers ``{"pid": N}``, and when the child ends ``{"rc": N}``. The server stays single-threaded, so
@@ -46,21 +47,32 @@ class AirflowForkServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.socket_path = Path(tempfile.mkdtemp(prefix="rl-afs-")) / "s"  # short: AF_UNIX paths are <= 107 bytes
         self.n = 0
+        self.ready = False
         self.last_cpu_s = 0.0
         atexit.register(self.close)
 
-    def _start(self, env: Mapping[str, str]) -> None:
-        self.env = dict(env)
-        self.socket_path.unlink(missing_ok=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.run_dir / "forkserver.log").open("ab")
-        self.proc = subprocess.Popen([str(self.python), __file__, str(self.socket_path)], env=self.env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith(READY):
+    def prestart(self, env: Mapping[str, str]) -> None:
+        """Start warming up for ``env`` now, in the background: the first command then waits only for what is left."""
+        if self.proc is not None and (dict(env) != self.env or self.proc.poll() is not None):
             self.close()
-            raise RuntimeError(f"the Airflow fork server did not start: {line!r}; see {self.run_dir}/forkserver.log")
+        if self.proc is None:
+            self.env = dict(env)
+            self.socket_path.unlink(missing_ok=True)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with (self.run_dir / "forkserver.log").open("ab") as log:
+                self.proc = subprocess.Popen([str(self.python), __file__, str(self.socket_path)], env=self.env,
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+            self.ready = False
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        if not self.ready:
+            line = self.proc.stdout.readline().decode()
+            if not line.startswith(READY):
+                self.close()
+                raise RuntimeError(f"the Airflow fork server did not start: {line!r}; see "
+                                   f"{self.run_dir}/forkserver.log")
+            self.ready = True
 
     def close(self) -> None:
         """Stop the server (only ours: the process this object started)."""
@@ -72,13 +84,12 @@ class AirflowForkServer:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        self.ready = False
 
     def run(self, args: Sequence[str], env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
         """``airflow *args`` as ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)`` would."""
-        if self.proc is not None and dict(env) != self.env:
-            self.close()  # the stack's environment changed (a fixture added a connection): warm up again with it
-        if self.proc is None or self.proc.poll() is not None:
-            self._start(env)
+        self.prestart(env)  # a no-op when the server for this environment runs: else (re)started for it
+        self._wait_ready()
         self.n += 1
         out, err = (self.run_dir / f"cli-{self.n}.{kind}" for kind in ("out", "err"))
         request = {"argv": ["airflow", *args], "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}

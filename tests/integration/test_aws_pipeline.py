@@ -191,7 +191,7 @@ def cloud(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     started = time.monotonic()
     reset(moto_url)
     home = tmp_path_factory.mktemp("aws")
-    stack = make_stack(home, port_base=PORT_BASE, warm_cli=True)
+    stack = make_stack(home, port_base=PORT_BASE)
     content_tag = image_tag(image_content_digest(ROOT, "ray-vllm-gpu"))
     ecs_options, ecs_extra = tool_target_options(create_ecs_stack(moto_url, content_tag=content_tag))
     eks_options, _ = tool_target_options(create_eks_stack(moto_url))
@@ -206,6 +206,7 @@ def cloud(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
         )
         env["RAYLIFT_MODEL_CACHE"] = str(home / "replica-model-cache")  # the replicas' node-local cache
         stack.env.update(env)
+        stack.start_warm_cli()  # with the cloud's environment: it warms up while the Ray head boots
         # The stand-in of the in-cloud Ray head: a real local cluster whose processes (the runtime env
         # agent fetching s3:// working dirs, the replicas pulling s3:// models) reach moto through env.
         # It boots while the first DAG run starts, as an ECS head task would: the ready sensor waits for it.
