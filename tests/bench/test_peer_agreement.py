@@ -37,8 +37,7 @@ import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ import pytest
 
 from bench.harness.local_stack import ROOT
 from raylift.bench.runner import run_benchmark
+from tests.bench.priority import raise_priority, raised_priority
 from tests.serve_apps.models import RUNTIME_PYTHON
 
 # Long delays: a client's own costs are a few ms (vLLM's client starts its clock before aiohttp builds
@@ -58,7 +58,6 @@ OUTPUT_TOKENS = 32
 REQUESTS = 16
 CONCURRENCY = 4
 TOLERANCE = 0.03  # the issue's bound, relative
-CLIENT_NICE = -10  # the stub's own (bench/stub_server.py)
 NOMINAL_SLACK = 0.25  # how far the stub's produced delays may stray from the injected ones
 METRICS = ("ttft_ms", "tpot_ms", "output_tokens_per_s")
 
@@ -82,30 +81,6 @@ def _waited_ms(schedstat: str) -> float:
         return int(Path(schedstat).read_text().split()[1]) / 1e6
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def _raise_priority(pid: int = 0) -> int | None:
-    """Run a client ahead of ordinary processes while it measures, where allowed (root or CAP_SYS_NICE),
-    as the stub does; both clients get the same. It does not help against a load in another session
-    when the kernel groups scheduling by session (autogroup): the measured wait covers that. The
-    previous niceness, or None where not allowed."""
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, pid)
-        os.setpriority(os.PRIO_PROCESS, pid, CLIENT_NICE)
-    except OSError:
-        return None
-    return before
-
-
-@contextmanager
-def _raised_priority() -> Iterator[None]:
-    """This thread (raylift's client) at :func:`_raise_priority` while it measures, then as it was."""
-    before = _raise_priority()
-    try:
-        yield
-    finally:
-        if before is not None:
-            os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def _stub_stats(base_url: str) -> dict[str, Any]:
@@ -189,7 +164,7 @@ def _vllm_bench(base_url: str, tokenizer: Path, out_dir: Path) -> tuple[dict[str
             lines.append(line)
             if line.startswith("Starting main benchmark run"):  # its requests follow
                 waited["start"] = _waited_ms(schedstat)
-                _raise_priority(proc.pid)  # the measuring only, not its ~10 s of imports (a suite beside us)
+                raise_priority(proc.pid)  # the measuring only, not its ~10 s of imports (a suite beside us)
             elif "Serving Benchmark Result" in line:  # printed once the requests are done
                 waited["end"] = _waited_ms(schedstat)
         proc.wait()
@@ -214,7 +189,7 @@ def test_raylift_and_vllm_bench_serve_agree_with_each_other_and_the_injected_tru
 
     # the two clients one after the other, never at once: they do not compete for the 2 cores
     before = _waited_ms("/proc/thread-self/schedstat")  # raylift's event loop runs on this thread
-    with _raised_priority():
+    with raised_priority():
         result = run_benchmark(
             url, "stub", profile={"mean_input_tokens": INPUT_TOKENS, "mean_output_tokens": OUTPUT_TOKENS},
             concurrency=[CONCURRENCY], requests_per_level=REQUESTS, api="completions",

@@ -40,6 +40,7 @@ from raylift.config import (
     DEFAULT_REQUESTS_PER_LEVEL,
     REGRESSION_MIN_REQUESTS,
 )
+from tests.bench.priority import raised_priority
 
 ROUNDS = 48
 # delays long against a busy machine's stalls: "regressed" needs the whole interval beyond +10 %, which two
@@ -70,7 +71,9 @@ def _judge(new: dict[str, Any], base: dict[str, Any]) -> Any:
 
 def test_false_regression_rate_and_detection_power_at_the_defaults() -> None:
     t0 = time.monotonic()
-    with ExitStack() as stack:
+    # the client ahead of ordinary processes while it measures, as the stubs run: beside the suite's other lanes (load
+    # 17.6) 11.1 % of unchanged pairs were judged regressed without it, 13 of 16 on TTFT
+    with ExitStack() as stack, raised_priority():
         urls = [_stub(stack, 1.0, 1), _stub(stack, 1.0, 2), _stub(stack, 1.0, 3), _stub(stack, SLOWDOWN, 4)]
         rounds = [asyncio.run(_round(urls)) for _ in range(ROUNDS)]
     bench_s = time.monotonic() - t0
