@@ -11,6 +11,7 @@ from raylift.bench.loadgen import LoadGenerator, RunOutcome, check_endpoint
 from raylift.bench.metrics import distribution
 from raylift.bench.profiles import RequestProfile, generate_requests
 from raylift.errors import EndpointNotAllowedError
+from tests.bench.priority import raised_priority
 
 Stub = Callable[..., str]
 
@@ -94,7 +95,10 @@ def test_measured_ttft_and_itl_match_injected_delays(stub: Stub, concurrency: in
         # TPOT = (e2e - TTFT) / (n - 1) with evenly spaced tokens
         assert summary["tpot_ms"]["p50"] == pytest.approx(INJECTED["itl_ms"], abs=TOLERANCE["itl_ms"])
 
-    asyncio.run(go())
+    # the client ahead of ordinary processes while it measures, as the stub runs (a suite run at load ~10 once read
+    # an ITL mean of 41.4 ms against 40 injected, with the stub on time)
+    with raised_priority():
+        asyncio.run(go())
 
 
 def test_errors_are_counted_not_raised(stub: Stub) -> None:
