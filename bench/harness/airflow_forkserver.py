@@ -1,11 +1,11 @@
 """A warm Airflow CLI for one stack: each command runs in a child forked from an interpreter that has already paid
 Airflow's start-up.
 
-Why: a plain ``airflow dags test`` of the one-task ``raylift_teardown`` costs 15-17 CPU-s here, of which ~13 are the
-same every time: importing Airflow and its CLI, building the in-process Execution API (Cadwyn generates a router per
+Why: a plain ``airflow dags test`` of the one-task ``raylift_teardown`` costs 16.4-17.4 CPU-s here, of which ~15 are
+the same every time: importing Airflow and its CLI, building the in-process Execution API (Cadwyn generates a router per
 API version) and that API's first request. The integration tests run ``dags test`` ~16 times in the serial engine
-lane. Forked from a server that paid this once (~11 CPU-s), the same command costs 2.0-2.3 CPU-s
-(bench/README.md, session 27). Airflow forks its own task runners from a warm parent the same way (LocalExecutor,
+lane. Forked from a server that paid this once (11.7 CPU-s), the same command costs 2.3-2.4 CPU-s
+(``bench/airflow_cli_warm.py``). Airflow forks its own task runners from a warm parent the same way (LocalExecutor,
 Celery's prefork pool); the child runs Airflow's own ``main()`` with the command's argv, so what runs is the CLI a
 user runs. The DAG folder is still parsed in every child, so raylift's code is never stale.
 
@@ -14,7 +14,7 @@ the fixture does next, or on the first command) and serves only that environment
 fixture added a connection) restarts it with the new one (:meth:`AirflowForkServer.run`).
 
 Protocol: one Unix-socket connection per command. The client sends one JSON line (argv, cwd, the output files); the
-server forks, answers ``{"pid": N}``, and when the child ends ``{"rc": N}``. The server stays single-threaded, so
+server forks, answers ``{"pid": N}``, and when the child ends ``{"rc": N, "cpu_s": S}``. The server stays single-threaded, so
 every fork happens with one thread in the process.
 """
 
@@ -39,7 +39,8 @@ READY = "forkserver ready"
 
 
 class AirflowForkServer:
-    """The client side: starts the server for ``env`` on first use, runs commands through it, stops it on close."""
+    """The client side: starts the server for an environment (:meth:`prestart`, or the first command), runs commands
+    through it, stops it on close."""
 
     def __init__(self, python: Path, run_dir: Path) -> None:
         self.python, self.run_dir = python, run_dir
