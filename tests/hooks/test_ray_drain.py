@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -49,8 +50,10 @@ def _start(name: str, home: Path, temp_dir: str) -> Node:
     env |= {"RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{RAY.parent}:{env.get('PATH', '')}"}
     base = NODE_BASES[name]
     ports = [f"--{flag}={base + offset}" for flag, offset in NODE_OFFSETS.items()]
+    # a temp dir per node (Ray allows one per node): nodes starting at once in one folder can pick the same
+    # plasma socket name, and one of them fails to bind it (seen in run 15 beside the other lanes, 3 tries of 3)
     common = ["--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", "--object-store-memory=100000000",
-              f"--temp-dir={temp_dir}", *ports]
+              f"--temp-dir={temp_dir}/{name}", *ports]
     if name == "head":
         role = ["--head", f"--port={HEAD_GCS}", f"--dashboard-port={HEAD_DASHBOARD}", "--dashboard-host=127.0.0.1",
                 "--include-dashboard=true", f"--ray-client-server-port={HEAD_CLIENT}", "--num-cpus=1"]
@@ -96,6 +99,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Node
     with ExitStack() as cleanup:
         nodes: dict[str, Node] = {}
         temp_dir = f"/tmp/raylift-drain-{os.getpid()}"
+        cleanup.callback(shutil.rmtree, temp_dir, True)  # registered first: removed once every node is stopped
         # the head first, then both workers at once (one after the other took ~45 s more on a loaded box)
         for group in (("head",), ("w1", "w2")):
             missing = list(group)

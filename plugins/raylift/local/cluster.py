@@ -247,6 +247,9 @@ class LocalRayCluster:
                         f"--resources={json.dumps({self.node_tag(role): 1})}",
                         f"--dashboard-agent-listen-port={self.s.agent_port_base + 1 + index}",
                         f"--object-store-memory={self.s.object_store_bytes}",
+                        # its own folder for Ray's sockets: in one folder, workers starting together can pick the
+                        # same plasma socket name (Ray picks the first unused one before binding it) and fail
+                        f"--temp-dir={self.temp_dir / f'w{index}'}",
                     ],
                 )
         self._save(nodes)
