@@ -17,7 +17,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from raylift.config import LocalSettings
@@ -33,15 +32,6 @@ print(json.dumps([{k: n[k] for k in ("Alive", "Resources", "ObjectStoreSocketNam
 """
 
 
-def _alive(cluster: LocalRayCluster) -> list[dict[str, object]]:
-    try:
-        resp = httpx.get(f"{cluster.s.dashboard_url}/api/v0/nodes", timeout=10)
-        nodes = resp.json()["data"]["result"]["result"]
-    except (httpx.HTTPError, ValueError, KeyError):
-        return []
-    return [n for n in nodes if n["state"] == "ALIVE"]
-
-
 def test_two_workers_started_together_both_join_each_with_its_own_sockets(tmp_path: Path) -> None:
     settings = LocalSettings(home=tmp_path, gcs_port=GCS, dashboard_port=DASHBOARD, client_server_port=CLIENT,
                              agent_port_base=AGENT_BASE, serve_port=SERVE)
@@ -52,11 +42,12 @@ def test_two_workers_started_together_both_join_each_with_its_own_sockets(tmp_pa
         nodes = cluster.scale(2)  # the head, then both workers at once
         assert sorted(nodes) == ["head", "worker-0", "worker-1"]
         deadline = time.monotonic() + START_TIMEOUT_S
-        while len(_alive(cluster)) < 3:
+        while len(cluster.dashboard.alive_nodes()) < 3:  # scale() returns once the dashboard is up
             dead = sorted(set(nodes) - set(cluster.nodes()))  # nodes() forgets the ones that exited
             logs = {role: (cluster.dir / f"{role}.log").read_text(errors="replace")[-1500:] for role in dead}
             assert not dead, f"Ray nodes exited while starting: {logs}"
-            assert time.monotonic() < deadline, f"3 nodes not ALIVE in {START_TIMEOUT_S} s: {_alive(cluster)}"
+            assert time.monotonic() < deadline, (
+                f"3 nodes not ALIVE in {START_TIMEOUT_S} s: {cluster.dashboard.alive_nodes()}")
             time.sleep(1)
 
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
@@ -70,7 +61,7 @@ def test_two_workers_started_together_both_join_each_with_its_own_sockets(tmp_pa
         # each worker's sockets in a folder of its own, under the cluster's temp dir: no name two starts can share
         for index in (0, 1):
             (worker,) = [n for n in alive if LocalRayCluster.node_tag(f"worker-{index}") in n["Resources"]]
-            own = cluster.temp_dir / f"w{index}"
+            own = cluster.worker_temp_dir(index)
             assert all(Path(s).is_relative_to(own) for s in (worker["ObjectStoreSocketName"],
                                                              worker["RayletSocketName"])), (own, worker)
     finally:

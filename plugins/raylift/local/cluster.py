@@ -87,6 +87,12 @@ class LocalRayCluster:
         key = hashlib.sha256(str(self.s.home.resolve()).encode()).hexdigest()[:10]
         return Path("/tmp") / f"raylift-ray-{key}"
 
+    def worker_temp_dir(self, index: int) -> Path:
+        """Worker ``index``'s own Ray temp dir (Ray allows one per node): in one folder, workers starting together can
+        pick the same plasma socket name (Ray takes the first unused one before binding it) and one fails to bind it.
+        Short, as the socket paths under it must fit in 107 bytes."""
+        return self.temp_dir / f"w{index}"
+
     @property
     def haproxy_dir(self) -> Path:
         """Where Serve writes this cluster's HAProxy config (a folder per node id under it). Each HAProxy names its
@@ -247,9 +253,7 @@ class LocalRayCluster:
                         f"--resources={json.dumps({self.node_tag(role): 1})}",
                         f"--dashboard-agent-listen-port={self.s.agent_port_base + 1 + index}",
                         f"--object-store-memory={self.s.object_store_bytes}",
-                        # its own folder for Ray's sockets: in one folder, workers starting together can pick the
-                        # same plasma socket name (Ray picks the first unused one before binding it) and fail
-                        f"--temp-dir={self.temp_dir / f'w{index}'}",
+                        f"--temp-dir={self.worker_temp_dir(index)}",
                     ],
                 )
         self._save(nodes)
