@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +112,35 @@ def started_to_first_token(url: str, started: float) -> float:
     raise RuntimeError("the stream ended without a token")
 
 
+_STOPPING = re.compile(r"^INFO (?P<at>\S+ \S+) .*Stopping Replica\(id='(?P<id>[^']+)'")
+_STOPPED = re.compile(r"^INFO (?P<at>\S+ \S+) .*Replica\(id='(?P<id>[^']+)'.*\) is stopped\.")
+
+
+def old_replica_stops(stack: LocalStack) -> list[float]:
+    """Seconds from Serve's "Stopping Replica" to its "is stopped", per replica, in the Serve controller's own log on
+    this stack's cluster (the old version's replica, stopped after the new one is up: Serve calls the app RUNNING only
+    then)."""
+    code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
+            "print(LocalRayCluster(local_settings()).temp_dir)")
+    temp = subprocess.run([sys.executable, "-c", code], env=stack.env, capture_output=True, text=True, timeout=60)
+    started: dict[str, datetime] = {}
+    out: list[float] = []
+    for log in sorted(Path(temp.stdout.strip()).glob("session_latest/logs/serve/controller_*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            for pattern in (_STOPPING, _STOPPED):
+                if found := pattern.search(line):
+                    at = datetime.strptime(found.group("at"), "%Y-%m-%d %H:%M:%S,%f")
+                    if pattern is _STOPPING:
+                        started[found.group("id")] = at
+                    elif found.group("id") in started:
+                        out.append(round((at - started.pop(found.group("id"))).total_seconds(), 1))
+    return out
+
+
 def deploy(stack: LocalStack, conf: dict[str, Any]) -> dict[str, Any]:
-    """One ``airflow dags test raylift_deploy`` and its run record's cold start."""
+    """One ``airflow dags test raylift_deploy`` and its run record's cold start. ``before_deploy_s``: the trigger to the
+    deploy step's start (Airflow starting the run and its first task, then the steps before ``deploy``: the cluster's
+    start on a first deploy), what is left of trigger → RUNNING after the deploy step's own phases."""
     runs = stack.home / "model-store/_raylift/runs"
     before = set(runs.glob("*/record.json")) if runs.exists() else set()
     result = stack.dags_test("raylift_deploy", conf, timeout=1200)
@@ -120,7 +149,10 @@ def deploy(stack: LocalStack, conf: dict[str, Any]) -> dict[str, Any]:
     (record_path,) = set(runs.glob("*/record.json")) - before
     cold = json.loads(record_path.read_text())["cold_start"]
     replicas = cold.get("replicas") or [{}]
-    return {"trigger_to_running_s": cold.get("trigger_to_running_s"),
+    steps = cold.get("deploy_steps_s") or {}
+    to_running = cold.get("trigger_to_running_s")
+    return {"trigger_to_running_s": to_running,
+            "before_deploy_s": round(to_running - sum(steps.values()), 1) if to_running and steps else None,
             "trigger_to_first_token_s": cold.get("trigger_to_first_token_s"),
             "replica_total_s": replicas[-1].get("total_s"), "phases_s": replicas[-1].get("phases_s") or {},
             "deploy_steps_s": cold.get("deploy_steps_s") or {}}
@@ -144,6 +176,8 @@ def raylift_rows(work: Path, model: Path, new_model: Path) -> tuple[dict[str, An
         stack.env["RAYLIFT_CHECK_CACHE"] = str(home / "checks-new-version")
         again = deploy(stack, small | {"model_source": str(new_model), "release": "direct",
                                        "regression_baseline": "none"})
+        stops = old_replica_stops(stack)
+        again["old_replica_stop_s"] = stops[-1] if stops else None
         return first, again
     finally:
         stop_cluster(stack)
@@ -189,6 +223,9 @@ def main() -> None:
             "deploy_steps_median_s": {k: median([r["deploy_steps_s"] for r in rows[name]
                                                  if k in (r.get("deploy_steps_s") or {})], k) for k in steps},
             "trigger_to_running_s": running, "trigger_to_first_token_s": token,
+            "before_deploy_s": median(rows[name], "before_deploy_s"),
+            **({"old_replica_stop_s": median(rows[name], "old_replica_stop_s")}
+               if any("old_replica_stop_s" in r for r in rows[name]) else {}),
             "running_vs_plain_ready": round(running / plain_ready, 2) if running and plain_ready else None,
             "first_token_vs_plain": round(token / plain_token, 2) if token and plain_token else None,
         }

@@ -28,7 +28,9 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
     :param app_names: the Serve applications that must all be RUNNING.
     :param submitted_at: epoch seconds of the config write this wait is for.
     :param timeout_s: seconds until the ``timeout`` event.
-    :param poll_interval_s: seconds between polls.
+    :param poll_interval_s: seconds between polls. 1 s: the poll that sees RUNNING is the run's RUNNING time
+        (``seen_at``), so a 3 s poll added 1.5 s on average to every deploy; one read of the applications a second
+        costs ~0.04 of a core here (measured on `local`: 0.15 cores busy idle, 0.20 while polling).
     """
 
     def __init__(
@@ -37,7 +39,7 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
         app_names: list[str],
         submitted_at: float,
         timeout_s: float = 600.0,
-        poll_interval_s: float = 3.0,
+        poll_interval_s: float = 1.0,
         cluster_conn_id: str | None = None,
         local_token: bool = False,
     ) -> None:
