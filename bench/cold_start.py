@@ -137,10 +137,20 @@ def old_replica_stops(stack: LocalStack) -> list[float]:
     return out
 
 
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    """ISO timestamps (the record's ``triggered_at``, a task-log line's own stamp) to seconds apart."""
+    if not start or not end:
+        return None
+    return round((datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start)).total_seconds(), 1)
+
+
 def deploy(stack: LocalStack, conf: dict[str, Any]) -> dict[str, Any]:
     """One ``airflow dags test raylift_deploy`` and its run record's cold start. ``before_deploy_s``: the trigger to the
     deploy step's start (Airflow starting the run and its first task, then the steps before ``deploy``: the cluster's
-    start on a first deploy), what is left of trigger → RUNNING after the deploy step's own phases."""
+    start on a first deploy), what is left of trigger → RUNNING after the deploy step's own phases;
+    ``airflow_to_first_step_s``: the trigger to the first line a raylift operator logs (Airflow creating the run and
+    starting its first task: ``dags test`` builds its in-process execution API then), the part before any raylift
+    code runs."""
     runs = stack.home / "model-store/_raylift/runs"
     before = set(runs.glob("*/record.json")) if runs.exists() else set()
     result = stack.dags_test("raylift_deploy", conf, timeout=1200)
@@ -148,11 +158,14 @@ def deploy(stack: LocalStack, conf: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"raylift_deploy failed: {(result.stdout + result.stderr)[-3000:]}")
     (record_path,) = set(runs.glob("*/record.json")) - before
     cold = json.loads(record_path.read_text())["cold_start"]
+    first_step = next((ln.split(" ", 1)[0] for ln in (result.stdout + result.stderr).splitlines()
+                       if "[airflow.task.operators.raylift." in ln), None)
     replicas = cold.get("replicas") or [{}]
     steps = cold.get("deploy_steps_s") or {}
     to_running = cold.get("trigger_to_running_s")
     return {"trigger_to_running_s": to_running,
             "before_deploy_s": round(to_running - sum(steps.values()), 1) if to_running and steps else None,
+            "airflow_to_first_step_s": _seconds_between(cold.get("triggered_at"), first_step),
             "trigger_to_first_token_s": cold.get("trigger_to_first_token_s"),
             "replica_total_s": replicas[-1].get("total_s"), "phases_s": replicas[-1].get("phases_s") or {},
             "deploy_steps_s": cold.get("deploy_steps_s") or {}}
@@ -223,6 +236,7 @@ def main() -> None:
             "deploy_steps_median_s": {k: median([r["deploy_steps_s"] for r in rows[name]
                                                  if k in (r.get("deploy_steps_s") or {})], k) for k in steps},
             "trigger_to_running_s": running, "trigger_to_first_token_s": token,
+            "airflow_to_first_step_s": median(rows[name], "airflow_to_first_step_s"),
             "before_deploy_s": median(rows[name], "before_deploy_s"),
             **({"old_replica_stop_s": median(rows[name], "old_replica_stop_s")}
                if any("old_replica_stop_s" in r for r in rows[name]) else {}),
