@@ -197,6 +197,28 @@ def raylift_rows(work: Path, model: Path, new_model: Path) -> tuple[dict[str, An
         shutil.rmtree(home, ignore_errors=True)
 
 
+def where_it_goes(row: dict[str, Any]) -> dict[str, float] | None:
+    """One raylift row's trigger -> RUNNING in parts that add up to it: ``airflow`` (before any raylift code runs),
+    ``raylift_steps`` (the tasks before ``deploy`` and the deploy step's own phases up to the config write: profile,
+    artifact, staging, lease, the cluster's start, the fit and engine-args checks, the write), ``replica`` (Ray's
+    placement plus Serve's constructor, by the replica's own records), ``old_replica_stop`` (the old version's, in
+    Serve's controller log) and ``serve_other`` (the rest of Serve's write -> RUNNING: its app build, the replica's
+    scheduling, the status poll). ``floor_s``: ``airflow`` + ``replica`` + ``serve_other``, what trigger -> RUNNING
+    would be if raylift's steps and the old replica's stop took no time. None when a part is missing."""
+    steps = row.get("deploy_steps_s") or {}
+    parts = (row.get("trigger_to_running_s"), row.get("airflow_to_first_step_s"), row.get("before_deploy_s"),
+             row.get("replica_total_s"), steps.get("serve_to_running_s"))
+    if any(p is None for p in parts):
+        return None
+    _, airflow, before, replica, serve = (float(p) for p in parts)  # type: ignore[arg-type]
+    stop = float(row.get("old_replica_stop_s") or 0.0)
+    own = before - airflow + sum(float(v) for k, v in steps.items() if k != "serve_to_running_s")
+    other = serve - replica - stop
+    return {"airflow": round(airflow, 1), "raylift_steps": round(own, 1), "replica": round(replica, 1),
+            "old_replica_stop": round(stop, 1), "serve_other": round(other, 1),
+            "floor_s": round(airflow + replica + other, 1)}
+
+
 def median(rows: list[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return round(statistics.median(values), 1) if values else None
@@ -243,6 +265,11 @@ def main() -> None:
             "running_vs_plain_ready": round(running / plain_ready, 2) if running and plain_ready else None,
             "first_token_vs_plain": round(token / plain_token, 2) if token and plain_token else None,
         }
+        parts = [p for p in (where_it_goes(r) for r in rows[name]) if p is not None]
+        if parts:
+            summary[name]["where_it_goes_median_s"] = {k: median(parts, k) for k in parts[0]}
+            floor = summary[name]["where_it_goes_median_s"]["floor_s"]
+            summary[name]["floor_vs_plain_ready"] = round(floor / plain_ready, 2) if floor and plain_ready else None
     goals = {"raylift_rows_within_1_3x_of_plain": all(
                  (summary[n]["first_token_vs_plain"] or 99) <= 1.3 for n in ("raylift_first_deploy", "raylift_new_version")),
              "first_deploy_under_60_s": (summary["raylift_first_deploy"]["trigger_to_running_s"] or 999) < 60}
