@@ -210,7 +210,7 @@ def where_it_goes(row: dict[str, Any]) -> dict[str, float] | None:
              row.get("replica_total_s"), steps.get("serve_to_running_s"))
     if any(p is None for p in parts):
         return None
-    _, airflow, before, replica, serve = (float(p) for p in parts)  # type: ignore[arg-type]
+    _, airflow, before, replica, serve = (float(p) for p in parts if p is not None)
     stop = float(row.get("old_replica_stop_s") or 0.0)
     own = before - airflow + sum(float(v) for k, v in steps.items() if k != "serve_to_running_s")
     other = serve - replica - stop
