@@ -325,13 +325,19 @@ async def serve(config: StubConfig, port: int) -> None:
         _Connection(stub, sock)
 
 
-def _raise_priority() -> None:
-    """Run ahead of ordinary processes where allowed (root or CAP_SYS_NICE): on a shared machine a
-    reference server that wakes late would inject the wrong delays. Elsewhere it runs as it is."""
+CLIENT_NICE = -10  # the stub's niceness, and the measuring clients' in the tests (tests/bench/priority.py)
+
+
+def raise_priority(pid: int = 0) -> int | None:
+    """``pid`` (0: this thread) ahead of ordinary processes, at :data:`CLIENT_NICE`, where allowed (root or
+    CAP_SYS_NICE): on a shared machine a reference server, or a client, that wakes late injects or stamps the wrong
+    delays. Returns its previous niceness, or None where not allowed (it then runs as it is)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, -10)
+        before = os.getpriority(os.PRIO_PROCESS, pid)
+        os.setpriority(os.PRIO_PROCESS, pid, CLIENT_NICE)
     except OSError:
-        pass
+        return None
+    return before
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -351,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = StubConfig(args.ttft_ms / 1e3, args.itl_ms / 1e3, args.fail_every, not args.no_usage, args.max_active,
                         args.jitter, args.seed, args.slow_spell_requests, args.slow_spell_ttft_ms / 1e3)
-    _raise_priority()
+    raise_priority()
     try:
         asyncio.run(serve(config, args.port))
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""Measuring clients ahead of ordinary processes, as the stub server runs (``bench.stub_server._raise_priority``).
+"""Measuring clients ahead of ordinary processes, as the stub server runs (``bench.stub_server.raise_priority``).
 
 A client that wakes late stamps its own delay on a request: on a shared machine that falls on one run's requests and
 not the other's. Where raising the priority is not allowed (no root or CAP_SYS_NICE) the client measures as it is.
@@ -12,17 +12,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-CLIENT_NICE = -10  # the stub's own (bench/stub_server.py)
+from bench.stub_server import CLIENT_NICE, raise_priority
 
-
-def raise_priority(pid: int = 0) -> int | None:
-    """``pid`` (0: this thread) at :data:`CLIENT_NICE`; its previous niceness, or None where not allowed."""
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, pid)
-        os.setpriority(os.PRIO_PROCESS, pid, CLIENT_NICE)
-    except OSError:
-        return None
-    return before
+__all__ = ["CLIENT_NICE", "raise_priority", "raised_priority"]
 
 
 @contextmanager
