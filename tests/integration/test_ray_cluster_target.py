@@ -33,11 +33,14 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = ROOT / ".cache/venvs/runtime/bin/ray"
-DASHBOARD, SERVE = 34265, 34800
-PORTS = ["--port=34379", f"--dashboard-port={DASHBOARD}", "--ray-client-server-port=34001",
-         "--node-manager-port=34370", "--object-manager-port=34371", "--dashboard-agent-listen-port=34366",
-         "--dashboard-agent-grpc-port=34367", "--runtime-env-agent-port=34368", "--metrics-export-port=34369",
-         "--min-worker-port=34400", "--max-worker-port=34499"]
+# 20xxx: below the kernel's ephemeral range (32768-60999), where any client's connection can hold a port at that
+# moment (seen: 34371, this head's object-manager port when it was 34xxx, taken for all three starts while the unit
+# tests ran beside this module), and above Ray's default worker ports (10002-19999) that the other clusters use
+DASHBOARD, SERVE = 20265, 20800
+PORTS = ["--port=20379", f"--dashboard-port={DASHBOARD}", "--ray-client-server-port=20001",
+         "--node-manager-port=20370", "--object-manager-port=20371", "--dashboard-agent-listen-port=20366",
+         "--dashboard-agent-grpc-port=20367", "--runtime-env-agent-port=20368", "--metrics-export-port=20369",
+         "--min-worker-port=20400", "--max-worker-port=20499"]
 DASHBOARD_URL, SERVE_URL = f"http://127.0.0.1:{DASHBOARD}", f"http://127.0.0.1:{SERVE}"
 TARGET = {"target": "ray", "target_options": {"dashboard_url": DASHBOARD_URL, "serve_url": SERVE_URL}}
 SERVED = "raylift-test/tiny-llama-inf2"  # a hub-style name, as the write-up's meta-llama/Llama-2-13b-chat-hf
