@@ -120,21 +120,25 @@ def old_replica_stops(stack: LocalStack) -> list[float]:
     """Seconds from Serve's "Stopping Replica" to its "is stopped", per replica, in the Serve controller's own log on
     this stack's cluster (the old version's replica, stopped after the new one is up: Serve calls the app RUNNING only
     then)."""
-    code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
-            "print(LocalRayCluster(local_settings()).temp_dir)")
-    temp = subprocess.run([sys.executable, "-c", code], env=stack.env, capture_output=True, text=True, timeout=60)
+    from raylift.config import LocalSettings
+    from raylift.local.cluster import LocalRayCluster
+
+    temp_dir = LocalRayCluster(LocalSettings(home=stack.home)).temp_dir  # keyed by the home alone
     started: dict[str, datetime] = {}
     out: list[float] = []
-    for log in sorted(Path(temp.stdout.strip()).glob("session_latest/logs/serve/controller_*.log")):
+    for log in sorted(temp_dir.glob("session_latest/logs/serve/controller_*.log")):
         for line in log.read_text(errors="replace").splitlines():
-            for pattern in (_STOPPING, _STOPPED):
-                if found := pattern.search(line):
-                    at = datetime.strptime(found.group("at"), "%Y-%m-%d %H:%M:%S,%f")
-                    if pattern is _STOPPING:
-                        started[found.group("id")] = at
-                    elif found.group("id") in started:
-                        out.append(round((at - started.pop(found.group("id"))).total_seconds(), 1))
+            if found := _STOPPING.search(line):
+                started[found.group("id")] = _serve_time(found.group("at"))
+            elif (found := _STOPPED.search(line)) and found.group("id") in started:
+                stopped = _serve_time(found.group("at")) - started.pop(found.group("id"))
+                out.append(round(stopped.total_seconds(), 1))
     return out
+
+
+def _serve_time(stamp: str) -> datetime:
+    """A Serve log line's own timestamp (``2026-11-28 18:10:08,894``)."""
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:
@@ -168,7 +172,7 @@ def deploy(stack: LocalStack, conf: dict[str, Any]) -> dict[str, Any]:
             "airflow_to_first_step_s": _seconds_between(cold.get("triggered_at"), first_step),
             "trigger_to_first_token_s": cold.get("trigger_to_first_token_s"),
             "replica_total_s": replicas[-1].get("total_s"), "phases_s": replicas[-1].get("phases_s") or {},
-            "deploy_steps_s": cold.get("deploy_steps_s") or {}}
+            "deploy_steps_s": steps}
 
 
 def make_model(folder: Path, seed: int) -> Path:
