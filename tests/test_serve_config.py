@@ -165,3 +165,20 @@ def test_the_params_form_takes_the_kuberay_seeds_autoscaling() -> None:
     params = ParamsDict(deploy_params())
     params.update({"autoscaling": SEED_AUTOSCALING, "route_prefix": "/translate"})
     assert params.validate()["autoscaling"] == SEED_AUTOSCALING
+
+
+def test_replicas_under_autoscaling_are_the_floor_never_dropped() -> None:
+    """llm-gpu.yaml scales 0-5: the replicas asked for become its floor (Serve starts there), not nothing."""
+    from raylift.serve_config import apply_autoscaling
+
+    dep = rendered(ROOT / "serve_apps/configs/llm-gpu.yaml", replicas=2)["deployments"][0]
+    assert "num_replicas" not in dep
+    assert dep["autoscaling_config"]["min_replicas"] == 2 and dep["autoscaling_config"]["max_replicas"] == 5
+    with pytest.raises(RayliftValueError, match=r"6 replica\(s\) asked for .* at most 5 \(max_replicas\)"):
+        rendered(ROOT / "serve_apps/configs/llm-gpu.yaml", replicas=6)
+    # a fixed profile turned autoscaling by the Param keeps its count as the floor, unless the Param names one
+    fixed = rendered(ROOT / "serve_apps/configs/llm-cpu.yaml", replicas=3)
+    assert apply_autoscaling(fixed, {"max_replicas": 4})["deployments"][0]["autoscaling_config"]["min_replicas"] == 3
+    assert apply_autoscaling(fixed, {"min_replicas": 1})["deployments"][0]["autoscaling_config"]["min_replicas"] == 1
+    with pytest.raises(RayliftValueError, match=r"at most 2 \(max_replicas\)"):
+        apply_autoscaling(fixed, {"max_replicas": 2})

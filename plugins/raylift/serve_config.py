@@ -75,7 +75,9 @@ def apply_autoscaling(app: dict[str, Any], settings: dict[str, Any]) -> dict[str
     """``app`` with Serve autoscaling on every deployment (the ``autoscaling`` Param; {} = unchanged).
 
     ``max_ongoing_requests`` is a deployment option; the rest go to ``autoscaling_config``, merged
-    over the config's own. A fixed ``num_replicas`` is dropped: Serve refuses both at once.
+    over the config's own. Serve refuses a fixed ``num_replicas`` beside autoscaling, so a fixed count becomes the
+    floor (``min_replicas``) unless ``settings`` name the floor or the start themselves: the replicas asked for
+    are never dropped silently (a floor of 0 would let Serve report the app RUNNING with no replica).
     """
     if not settings:
         return app
@@ -87,8 +89,11 @@ def apply_autoscaling(app: dict[str, Any], settings: dict[str, Any]) -> dict[str
     out = copy.deepcopy(app)
     for dep in out.get("deployments", []):
         auto = {**(dep.get("autoscaling_config") or {}), **{k: v for k, v in settings.items() if k in AUTOSCALING_KEYS}}
+        fixed = dep.pop("num_replicas", None)
+        if isinstance(fixed, int) and not {"min_replicas", "initial_replicas"} & set(settings):
+            auto["min_replicas"] = max(int(auto.get("min_replicas") or 0), fixed)
         dep["autoscaling_config"] = auto
-        dep.pop("num_replicas", None)
+        _check_replica_bounds(out, dep)
         if "max_ongoing_requests" in settings:
             dep["max_ongoing_requests"] = settings["max_ongoing_requests"]
     return out
@@ -131,11 +136,40 @@ def render_app(
     template["args"] = {**template.get("args", {}), **args}
     deployments = template.setdefault("deployments", [{}])
     for dep in deployments:
-        if replicas is not None and "autoscaling_config" not in dep:
-            dep["num_replicas"] = replicas
+        if replicas is not None:
+            _set_replicas(template, dep, replicas)
         if deployment_overrides:
             dep.update(copy.deepcopy(deployment_overrides))
     return template
+
+
+def _set_replicas(app: dict[str, Any], dep: dict[str, Any], replicas: int) -> None:
+    """``replicas`` on one deployment: its ``num_replicas``, or, where the profile autoscales, its floor.
+
+    Serve takes either a fixed count or ``autoscaling_config``, never both. Under autoscaling the replicas asked
+    for are the floor (``min_replicas``, and so where Serve starts): ``llm-gpu.yaml`` scales 0-5, and without
+    this its floor of 0 left the app RUNNING with no replica while the smoke test waited on a cold start."""
+    auto = dep.get("autoscaling_config")
+    if not isinstance(auto, dict):
+        dep["num_replicas"] = replicas
+        return
+    dep["autoscaling_config"] = {**auto, "min_replicas": max(int(auto.get("min_replicas") or 0), replicas)}
+    initial = auto.get("initial_replicas")
+    if isinstance(initial, int) and initial < replicas:
+        dep["autoscaling_config"]["initial_replicas"] = replicas
+    _check_replica_bounds(app, dep)
+
+
+def _check_replica_bounds(app: dict[str, Any], dep: dict[str, Any]) -> None:
+    """Refuse, naming both numbers, an autoscaling floor above its ceiling (Serve would refuse it only on apply)."""
+    auto = dep.get("autoscaling_config") or {}
+    low, high = auto.get("min_replicas"), auto.get("max_replicas")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        raise RayliftValueError(
+            f"Serve app {app.get('name')!r}, deployment {dep.get('name')!r}: {low} replica(s) asked for (the "
+            f"'replicas' Param, or autoscaling.min_replicas) but its autoscaling allows at most {high} "
+            f"(max_replicas). Lower 'replicas' or raise autoscaling.max_replicas. Nothing was deployed."
+        )
 
 
 def merge_app(current: dict[str, Any], app: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str, Any]:
