@@ -234,3 +234,21 @@ def test_a_spec_changed_between_read_and_write_is_kept_and_a_status_write_is_not
     with pytest.raises(RayServiceConflictError, match="changed since raylift read it"):
         t.apply_serve_config(serve_config(model="third"))
     assert t.current_serve_config()["applications"][0]["args"]["model_id"] == "by-hand"
+
+
+def test_cluster_state_lists_each_ray_pod_so_a_tp_group_must_fit_one_pod(infra: None) -> None:
+    """gpu-vllm pods have one GPU each, though a g5.12xlarge has 4: Ray sees one node per pod, so TP 4 can never be
+    placed there. The state lists the pods as Ray will see them and the fit check refuses TP 4 by its numbers."""
+    from raylift.errors import ServeFitError
+    from raylift.serve_config import load_config, render_app
+    from raylift.serve_validation import Cluster, check_fit
+
+    eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.12xlarge"], "min": 0, "max": 4, "desired": 0}})
+    t = target()
+    t.scale(workers=4)  # four one-GPU pods on one 4-GPU node
+    state = t.cluster_state()
+    assert state.resources == {"GPU": 4.0} and state.node_resources == [{"GPU": 1.0}] * 4
+    base = load_config(Path(__file__).resolve().parents[2] / "serve_apps/configs/llm-gpu-tp4.yaml")
+    app = render_app(base, app_name="llm", working_dir="s3://b/a.zip", args={}, replicas=1)
+    with pytest.raises(ServeFitError, match=r"tensor_parallel_size 4 must fit within one node .* largest node has 1 GPU"):
+        check_fit(app, Cluster(totals=state.resources, nodes=tuple(state.node_resources)), vllm=True)

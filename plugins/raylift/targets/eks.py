@@ -415,7 +415,28 @@ class EksTarget(DrainedScaleIn, AwsTarget):
         accel = self._accelerator()
         ready_workers = workers.desired_size if workers.status == "ACTIVE" else 0
         resources = ray_resources(accel, ready_workers * self.per_node()) if accel else {}
-        return ClusterState(nodes=nodes, resources=resources)
+        return ClusterState(nodes=nodes, resources=resources, node_resources=self._ray_pods(resources))
+
+    def _ray_pods(self, totals: dict[str, float]) -> list[dict[str, float]]:
+        """The Ray nodes those totals come as: each worker pod is one Ray node with the accelerators its profile
+        requests (``gpu-vllm``: one GPU a pod, though a g5.12xlarge has 4), so the fit check places a TP group
+        on one pod, as Ray's scheduler will; as many pods as the accelerators hold. Empty for CPU profiles."""
+        from raylift.kuberay.profiles import get_profile
+
+        profile = get_profile(self.profile)
+        accel = profile.accelerator
+        if accel is None:
+            return []
+        pods: list[dict[str, float]] = []
+        left = dict(totals)
+        for group in profile.workers:
+            pod = ray_resources(accel, group.pod.quantity(accel))
+            for _ in range(group.max_replicas):
+                if not pod or any(left.get(r, 0.0) + 1e-9 < v for r, v in pod.items()):
+                    break
+                pods.append(pod)
+                left = {r: left.get(r, 0.0) - pod.get(r, 0.0) for r in left}
+        return pods
 
     def billed_nodes(self) -> dict[str, int]:
         """The worker node group's desired size under its instance type, plus the head node group's (if
