@@ -79,7 +79,9 @@ def test_neuron_capacity_is_reported_in_rays_neuron_cores(infra: None) -> None:
     want = t.scale(workers=3)  # three TP=8 pods (4 devices each) fill one inf2.48xlarge
     assert scaling_of("inferentia")["desiredSize"] == 1
     assert (want.nodes, want.resources) == (1, {"neuron_cores": 24.0})
-    assert t.cluster_state().resources == {"neuron_cores": 24.0}
+    state = t.cluster_state()
+    assert state.resources == {"neuron_cores": 24.0, "CPU": 180.0}  # three pods of 60 CPUs and 8 NeuronCores
+    assert state.node_resources == [{"CPU": 60.0, "neuron_cores": 8.0}] * 3
 
 
 def test_deploy_then_upgrade_scales_for_the_peak_and_rolls_back(infra: None, kube_api: KubeApiStandIn) -> None:  # noqa: F811
@@ -247,8 +249,24 @@ def test_cluster_state_lists_each_ray_pod_so_a_tp_group_must_fit_one_pod(infra: 
     t = target()
     t.scale(workers=4)  # four one-GPU pods on one 4-GPU node
     state = t.cluster_state()
-    assert state.resources == {"GPU": 4.0} and state.node_resources == [{"GPU": 1.0}] * 4
+    assert state.resources == {"GPU": 4.0, "CPU": 12.0} and state.node_resources == [{"CPU": 3.0, "GPU": 1.0}] * 4
     base = load_config(Path(__file__).resolve().parents[2] / "serve_apps/configs/llm-gpu-tp4.yaml")
     app = render_app(base, app_name="llm", working_dir="s3://b/a.zip", args={}, replicas=1)
     with pytest.raises(ServeFitError, match=r"tensor_parallel_size 4 must fit within one node .* largest node has 1 GPU"):
         check_fit(app, Cluster(totals=state.resources, nodes=tuple(state.node_resources)), vllm=True)
+
+
+def test_cluster_state_of_a_cpu_profile_lists_its_pods_cpus(infra: None) -> None:
+    """Graviton pods (30 CPUs each, one a c7g.8xlarge): a third 30-CPU llama.cpp replica on two pods is refused by
+    the fit check, as Ray would leave it pending (the state used to report nothing for CPU profiles)."""
+    from raylift.errors import ServeFitError
+    from raylift.serve_config import load_config, render_app
+    from raylift.serve_validation import Cluster, check_fit
+
+    eks_nodegroups("ray", {"graviton": {"instanceTypes": ["c7g.8xlarge"], "min": 0, "max": 10, "desired": 2}})
+    state = target(worker_nodegroup="graviton", profile="graviton").cluster_state()
+    assert state.node_resources == [{"CPU": 30.0}] * 2 and state.resources == {"CPU": 60.0}
+    base = load_config(Path(__file__).resolve().parents[2] / "serve_apps/configs/llamacpp-graviton.yaml")
+    app = render_app(base, app_name="llm", working_dir="s3://b/a.zip", args={}, replicas=3)
+    with pytest.raises(ServeFitError, match=r"CPU: needs 90 .* cluster has 60"):
+        check_fit(app, Cluster(totals=state.resources, nodes=tuple(state.node_resources)))

@@ -292,9 +292,20 @@ class ServeDeployOperator(TargetOperator):
                        timeout=timedelta(seconds=self.timeout_s + 60))
         return self.execute_complete(context, trigger.wait())
 
-    def execute(self, context: Any) -> Any:
+    def cluster_defaults(self) -> dict[str, Any]:
+        """Cluster-wide Serve options for a first config: the profile's, then where the target's Serve listens."""
+        return {**self._base, **self.target_impl.serve_cluster_options()}
+
+    def direct_config(self, app: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+        """The whole Serve config a direct release writes: ``current`` with ``app`` merged in (after ``render``), with
+        Serve's own start-before-stop (raylift.rollout: a lightweight option, harmless on a new app)."""
         from raylift.rollout import with_native_surge
-        from raylift.serve_config import app_kind, config_hash, merge_app
+        from raylift.serve_config import merge_app
+
+        return merge_app(current, with_native_surge(app, self.surge), defaults=self.cluster_defaults())
+
+    def execute(self, context: Any) -> Any:
+        from raylift.serve_config import app_kind, config_hash
 
         watch = Stopwatch()
         steps = DeploySteps()
@@ -321,11 +332,9 @@ class ServeDeployOperator(TargetOperator):
             target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
                                         working_dir=(app.get("runtime_env") or {}).get("working_dir"))
             steps.lap("engine_args_check_s")
-        defaults = {**self._base, **target.serve_cluster_options()}
         if release == "canary":
-            return self._deploy_canary(context, app, current, defaults, steps)
-        # start-before-stop by Serve itself (raylift.rollout): a lightweight option, harmless on a new app
-        config = merge_app(current, with_native_surge(app, self.surge), defaults=defaults)
+            return self._deploy_canary(context, app, current, self.cluster_defaults(), steps)
+        config = self.direct_config(app, current)
         run_id = context["run_id"]
         # Before the PUT: what serves now and what this run applies ("applied, not yet proven"). A retry
         # whose earlier try applied and then died (worker lost after the PUT) gets that try's snapshot

@@ -412,30 +412,35 @@ class EksTarget(DrainedScaleIn, AwsTarget):
         nodes = sum(
             s.desired_size for s in (eks.scaling(self.cluster_name, g) for g in groups) if s.status == "ACTIVE"
         )
-        accel = self._accelerator()
         ready_workers = workers.desired_size if workers.status == "ACTIVE" else 0
-        resources = ray_resources(accel, ready_workers * self.per_node()) if accel else {}
-        return ClusterState(nodes=nodes, resources=resources, node_resources=self._ray_pods(resources))
+        pods = self._ray_pods(ready_workers)
+        resources: dict[str, float] = {}
+        for pod in pods:
+            for name, amount in pod.items():
+                resources[name] = resources.get(name, 0.0) + amount
+        accel = self._accelerator()
+        if accel:  # the node group's accelerators, whether or not a whole pod fits in what is left
+            resources.update(ray_resources(accel, ready_workers * self.per_node()))
+        return ClusterState(nodes=nodes, resources=resources, node_resources=pods)
 
-    def _ray_pods(self, totals: dict[str, float]) -> list[dict[str, float]]:
-        """The Ray nodes those totals come as: each worker pod is one Ray node with the accelerators its profile
-        requests (``gpu-vllm``: one GPU a pod, though a g5.12xlarge has 4), so the fit check places a TP group
-        on one pod, as Ray's scheduler will; as many pods as the accelerators hold. Empty for CPU profiles."""
+    def _ray_pods(self, worker_nodes: int) -> list[dict[str, float]]:
+        """The Ray nodes ``worker_nodes`` nodes of the worker group hold: each worker pod is one Ray node with what
+        its profile requests (``gpu-vllm``: 3 CPUs and one GPU a pod, though a g5.12xlarge has 4 GPUs; KubeRay
+        passes the limits to ``ray start``), so the fit check places a TP group or a CPU replica on one pod, as
+        Ray's scheduler will. As many pods as the nodes' accelerators hold (CPU profiles: one pod a node), at most
+        the worker group's maxReplicas."""
         from raylift.kuberay.profiles import get_profile
 
         profile = get_profile(self.profile)
         accel = profile.accelerator
-        if accel is None:
-            return []
+        left = float(worker_nodes * self.per_node()) if accel else float(worker_nodes)
         pods: list[dict[str, float]] = []
-        left = dict(totals)
         for group in profile.workers:
-            pod = ray_resources(accel, group.pod.quantity(accel))
-            for _ in range(group.max_replicas):
-                if not pod or any(left.get(r, 0.0) + 1e-9 < v for r, v in pod.items()):
-                    break
-                pods.append(pod)
-                left = {r: left.get(r, 0.0) - pod.get(r, 0.0) for r in left}
+            per_pod = group.pod.quantity(accel) if accel else 1.0
+            pod = {"CPU": group.pod.quantity("cpu"), **ray_resources(accel, per_pod)}
+            while len(pods) < group.max_replicas and per_pod > 0 and left + 1e-9 >= per_pod:
+                pods.append(dict(pod))
+                left -= per_pod
         return pods
 
     def billed_nodes(self) -> dict[str, int]:
