@@ -1,4 +1,5 @@
-"""Content tags: same inputs, same tag; any edit or rename, a new one; missing inputs named."""
+"""Content tags: same inputs, same tag; any edit or rename of what the Dockerfile reads, a new one; missing inputs
+named. (What it does not read leaves the tag alone: tests/aws/test_image_inputs.py, on this repository's images.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from raylift.errors import BuildError
 
 def checkout(root: Path) -> Path:
     (root / "images/ray-vllm").mkdir(parents=True)
-    (root / "images/ray-vllm/Dockerfile").write_text("FROM ray\n")
+    (root / "images/ray-vllm/Dockerfile").write_text("FROM ray\nCOPY requirements/runtime.lock serve_apps/llm /w/\n")
     (root / "requirements").mkdir()
     (root / "requirements/runtime.lock").write_text("vllm==1\n")
     (root / "serve_apps/llm/__pycache__").mkdir(parents=True)
@@ -26,7 +27,7 @@ def test_tag_is_stable_and_ignores_bytecode(tmp_path: Path) -> None:
     assert image_content_digest(a, "ray-vllm") == image_content_digest(b, "ray-vllm")
     (b / "serve_apps/llm/__pycache__/app.cpython-311.pyc").write_bytes(b"other junk")
     assert image_content_digest(a, "ray-vllm") == image_content_digest(b, "ray-vllm")
-    assert collect_files(a, image_inputs("ray-vllm")) == [
+    assert collect_files(a, image_inputs(a, "ray-vllm")) == [
         "images/ray-vllm/Dockerfile",
         "requirements/runtime.lock",
         "serve_apps/llm/app.py",
