@@ -6,6 +6,8 @@
 #   browser  - Debian's chromium + chromium-driver (apt-get, root only) for the UI trigger test
 #   services - Debian's redis-server and postgresql (apt-get, root only) for the multi-worker Airflow tests
 #   llamacpp - (only when asked: tests, a local deploy of the llama.cpp app) llama-cpp-python in runtime
+#   kuberay-crds - (only when asked: tests) the KubeRay CRDs the manifest tests validate against, found or fetched
+#              pinned (tools/kuberay_crds.sh); prints their folder, or stops with one message naming RAYLIFT_KUBERAY_CRDS
 # Idempotent: each venv carries a stamp of its lock file's hash and is rebuilt only when it changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -168,4 +170,7 @@ if [ "$what" = all ] || [ "$what" = runtime ] || [ "$what" = llamacpp ]; then
 fi
 if [ "$what" = llamacpp ]; then
   ensure_llamacpp
+fi
+if [ "$what" = kuberay-crds ]; then  # not part of "all": the demo needs no CRD, and a clone may not reach GitHub
+  bash tools/kuberay_crds.sh
 fi
