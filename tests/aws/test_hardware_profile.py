@@ -213,4 +213,5 @@ def test_the_check_step_refuses_what_the_node_group_cannot_run_and_applies_nothi
     auto = HardwareProfileOperator(task_id="check_hardware_profile", target="eks",
                                    target_options={**options, "worker_nodegroup": "gpu"})  # fmt: skip
     assert auto.execute({"run_id": "manual__1", "ti": None}) == {
-        "serve_config": "llm-gpu.yaml", "cluster": "EKS cluster 'ray' (node group 'gpu')", "instances": ["g5.12xlarge"]}
+        "serve_config": "llm-gpu.yaml", "cluster": "EKS cluster 'ray' (node group 'gpu')", "instances": ["g5.12xlarge"],
+        "image": "ray-vllm-gpu"}  # the image that runs the profile (tests/aws/test_profile_images.py)

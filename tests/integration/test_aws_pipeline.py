@@ -192,7 +192,8 @@ def cloud(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     reset(moto_url)
     home = tmp_path_factory.mktemp("aws")
     stack = make_stack(home, port_base=PORT_BASE)
-    content_tag = image_tag(image_content_digest(ROOT, "ray-vllm-gpu"))
+    # the image of the confs' profile (llm-cpu.yaml, below): the CPU image (raylift.aws.images)
+    content_tag = image_tag(image_content_digest(ROOT, "ray-vllm-cpu"))
     ecs_options, ecs_extra = tool_target_options(create_ecs_stack(moto_url, content_tag=content_tag))
     eks_options, _ = tool_target_options(create_eks_stack(moto_url))
     with kube_api_standin() as kube:

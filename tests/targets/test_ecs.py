@@ -117,9 +117,13 @@ def test_build_starts_codebuild_when_the_tag_is_new(infra: None, checkout: Path)
     assert artifact.image == f"{uri}:{image_tag(artifact.digest)}"
     assert len(boto3.client("codebuild").list_builds_for_project(projectName="raylift-image")["ids"]) == 1
 
+    # an app edit is a new serve-app zip, not a new image (no Ray image copies serve_apps/: tests/aws/test_image_inputs.py)
     (checkout / "serve_apps/llm/__init__.py").write_text("def build_app(args):\n    return None\n")
     build = t.start_artifact_build()
-    assert build.build_id is not None and build.artifact.digest != artifact.digest  # an edit is a new tag
+    assert build.artifact.digest == artifact.digest and build.artifact.working_dir != artifact.working_dir
+    (checkout / "images/ray-vllm-gpu/Dockerfile").write_text("FROM rayproject/ray:2.60.0-py311-gpu\nUSER 1000\n")
+    build = t.start_artifact_build()
+    assert build.build_id is not None and build.artifact.digest != artifact.digest  # an image edit is a new tag
     path, kwargs = t.build_trigger(build).serialize()
     assert path == "raylift.triggers.codebuild.CodeBuildBuildTrigger" and kwargs["image"] == build.artifact.image
 

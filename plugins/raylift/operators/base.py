@@ -12,6 +12,9 @@ from airflow.sdk import BaseOperator
 
 from raylift.targets.base import Target
 
+#: the release's first step (``raylift.operators.profile``): its XCom names the image the release runs
+PROFILE_TASK_ID = "check_hardware_profile"
+
 
 def release_holder(context: Any) -> str:
     """Who holds a release's writer lease: the DAG run (every task of it, on any worker, and their retries)."""
@@ -49,8 +52,19 @@ class TargetOperator(BaseOperator):
 
     def pre_execute(self, context: Any) -> None:
         super().pre_execute(context)
+        self.follow_release_image(context)
         if self.holds_release_lease:
             self.renew_release_lease(context)
+
+    def follow_release_image(self, context: Any) -> None:
+        """In a DAG whose ``check_hardware_profile`` step chose the image for the run's profile, this step builds,
+        rolls out or renders that image (``Target.release_image``), whatever the cluster's instances say by now."""
+        ti = context.get("ti")
+        if ti is None or self.task_id == PROFILE_TASK_ID or not self.has_dag() or not self.dag.has_task(PROFILE_TASK_ID):
+            return
+        record = ti.xcom_pull(task_ids=PROFILE_TASK_ID)
+        if isinstance(record, dict) and record.get("image"):
+            self.target_impl.release_image = str(record["image"])
 
     def post_execute(self, context: Any, result: Any = None) -> None:
         if self._keeping is not None:

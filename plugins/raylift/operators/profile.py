@@ -6,6 +6,10 @@ start nodes, and an image build, before being refused. This step runs before the
 applies nothing, and refuses such a run while it costs nothing. Where the target cannot see its instances yet (an
 ECS cluster with no task running; ``local`` and ``ray``), it refuses nothing and says so: the deploy step checks
 again once the cluster is up.
+
+The profile also names the image (``raylift.aws.images``: GPU, Neuron, Graviton or CPU) the run builds and deploys on
+ECS/EKS: this step chooses it (refusing a target option ``image_name`` that cannot run the profile), and the release's
+later steps build, roll out and render the image it returned (``TargetOperator.follow_release_image``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ def choose_profile(
 ) -> tuple[str, dict[str, Any], tuple[InstanceShape, ...]]:
     """The Serve config file a run deploys on ``target``, its contents, and the instances it was chosen for: ``auto`` follows the cluster's instances,
     a named one is checked against them (``HardwareProfileError`` naming the instance, what it has, what the profile
-    needs and what to set). Warnings (a CPU profile on accelerated instances) go to ``log`` (the task's logger)."""
+    needs and what to set). Warnings (a CPU profile on accelerated instances) go to ``log`` (the task's logger).
+    The target chooses the image that runs it (``target.chosen_image``; ``ImageProfileError`` when the target options
+    or the release's image contradict the profile)."""
     from raylift.hardware_profile import check_profile, resolve_profile
     from raylift.serve_config import load_config
 
@@ -39,6 +45,11 @@ def choose_profile(
                  ", ".join(s.describe() for s in shapes) or "its instances are unknown: the CPU profile")
     for warning in check_profile(name, base, shapes, where=where):
         log.warning("%s", warning)
+    known = bool(shapes) or not auto  # auto's pick for unknown instances is a placeholder: it names no image
+    image = target.choose_image(name, base, known=known)
+    if image:
+        log.info("image %s for %s%s", image, name,
+                 "" if known else " (the instances are unknown: the target option image_name's, or the default)")
     return name, base, shapes
 
 
@@ -46,7 +57,9 @@ class HardwareProfileOperator(TargetOperator):
     """Refuse, before anything is built, staged or applied, a Serve config the cluster's instances cannot run.
 
     :param serve_config: the ``serve_config`` Param: ``auto`` or a file in ``serve_apps/configs``.
-    :return: the profile the cluster's instances pick now and what they are (``instances`` empty: not known yet)."""
+    :return: the profile the cluster's instances pick now and what they are (``instances`` empty: not known yet),
+        and the image that runs it (``image``; None on targets that run no image), which the release's later
+        steps build and deploy."""
 
     template_fields = (*TargetOperator.template_fields, "serve_config")
 
@@ -61,4 +74,5 @@ class HardwareProfileOperator(TargetOperator):
         if not instances:
             self.log.info("%s: its instances are not known before it scales; the deploy step checks %s again",
                           target.describe_cluster(), name)
-        return {"serve_config": name, "cluster": target.describe_cluster(), "instances": instances}
+        return {"serve_config": name, "cluster": target.describe_cluster(), "instances": instances,
+                "image": target.chosen_image}

@@ -16,6 +16,7 @@ from raylift.artifact import PackageInputs, build_package
 from raylift.aws.content import (
     ARM64,
     RUNTIME_LOCK,
+    dockerfile_path,
     image_content_digest,
     image_platform,
     image_tag,
@@ -64,7 +65,8 @@ class AwsOptions(TargetOptions):
     storage_class: str | None = None
     hf_conn_id: str | None = None
     ecr_repository: str = "ray-vllm"
-    image_name: str = Field("ray-vllm-gpu", min_length=1)  # images/<image_name>/Dockerfile
+    # images/<image_name>/Dockerfile; None: the image follows the Serve config's profile (raylift.aws.images)
+    image_name: str | None = Field(None, min_length=1)
     codebuild_project: str = Field("raylift-image", min_length=1)
     codebuild_project_arm64: str | None = None  # arm64 images (None: "<codebuild_project>-arm64", as terraform names it)
     build_context_prefix: str = "build-context"  # terraform image_pipeline's source_prefix
@@ -123,6 +125,26 @@ class AwsTarget(Target):
     def __init__(self, aws: AwsOptions, root: Path | None = None) -> None:
         self.aws = aws
         self.root = root or repo_root()
+
+    # -- image -----------------------------------------------------------------------------------
+    def choose_image(self, profile: str, config: dict[str, Any], *, known: bool = True) -> str:
+        """The image for Serve config ``profile`` (``raylift.aws.images``: GPU, Neuron, Graviton or CPU), the target
+        option ``image_name`` when it names one that runs it; built and deployed by this target from now on."""
+        from raylift.aws.images import choose_image
+
+        self.chosen_image = choose_image(
+            profile, config, root=self.root, where=self.describe_cluster(), explicit=self.aws.image_name,
+            release=self.release_image, known=known,
+        )
+        return self.chosen_image
+
+    @property
+    def image_name(self) -> str:
+        """The image (``images/<name>``) this step builds or deploys: the one chosen for the profile here or by the
+        release's first step, else the target option ``image_name``, else ``raylift.aws.images.DEFAULT_IMAGE``."""
+        from raylift.aws.images import DEFAULT_IMAGE
+
+        return self.chosen_image or self.release_image or self.aws.image_name or DEFAULT_IMAGE
 
     # -- stores ----------------------------------------------------------------------------------
     def model_store_uri(self) -> str:
@@ -201,7 +223,7 @@ class AwsTarget(Target):
         from raylift.hooks.ecr import EcrImageHook
 
         repo = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
-        return f"{repo.repository_uri(self.aws.ecr_repository)}:{image_tag(image_content_digest(self.root, self.aws.image_name))}"
+        return f"{repo.repository_uri(self.aws.ecr_repository)}:{image_tag(image_content_digest(self.root, self.image_name))}"
 
     def _s3_client(self) -> Any:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
@@ -227,7 +249,8 @@ class AwsTarget(Target):
         from raylift.hooks.codebuild import CodeBuildHook
         from raylift.hooks.ecr import EcrImageHook
 
-        digest = image_content_digest(self.root, self.aws.image_name)
+        image_name = self.image_name
+        digest = image_content_digest(self.root, image_name)
         tag = image_tag(digest)
         # Who am I and can I reach the bucket: a clear error now rather than a raw one mid-upload.
         caller_identity(self.aws.aws_conn_id, self.aws.region_name)
@@ -237,14 +260,14 @@ class AwsTarget(Target):
         repo_uri = ecr.repository_uri(self.aws.ecr_repository)
         image = f"{repo_uri}:{tag}"
         if not force and ecr.image_tag_exists(self.aws.ecr_repository, tag):
-            log.info("Image %s already in ECR: build skipped", image)
+            log.info("Image %s (%s) already in ECR: build skipped", image, image_name)
             return ImageBuild(Artifact(digest=digest, working_dir=working_dir, image=image, reused=True), None)
         # the context CodeBuild builds from, at a key named by the same digest as the tag
         source = upload_build_context(
-            self._s3_client(), self.root, self.aws.image_name, bucket=self.aws.bucket,
+            self._s3_client(), self.root, image_name, bucket=self.aws.bucket,
             prefix=self.aws.build_context_prefix, cache_dir=local_settings().home / "cache" / "build-context",
         )
-        platform = image_platform(self.root, self.aws.image_name)
+        platform = image_platform(self.root, image_name)
         project = self.aws.codebuild_project
         if platform == ARM64:  # built natively on the arm64 project (no emulation)
             project = self.aws.codebuild_project_arm64 or f"{project}-arm64"
@@ -252,7 +275,7 @@ class AwsTarget(Target):
             project,
             image_repo_uri=repo_uri,
             image_tag=tag,
-            dockerfile=f"images/{self.aws.image_name}/Dockerfile",
+            dockerfile=dockerfile_path(image_name),
             build_context=".",
             source_location=source,
             platform=platform,

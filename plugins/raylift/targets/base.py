@@ -176,6 +176,17 @@ class Target(ABC):
     #: the writer lease a release holds over several tasks (``raylift.operators.lease``); the Serve-config writes
     #: of this target are fenced by it instead of taking a lease of their own
     held_lease: Lease | None = None
+    #: the container image (``images/<name>``) this release runs, as its ``check_hardware_profile`` step chose it
+    #: for the profile (``raylift.operators.base``); ``chosen_image``: what ``choose_image`` chose in this step.
+    #: None: none chosen (a target that runs no image, or a step outside a release)
+    release_image: str | None = None
+    chosen_image: str | None = None
+
+    def choose_image(self, profile: str, config: dict[str, Any], *, known: bool = True) -> str | None:
+        """The image that runs Serve config ``profile`` (contents ``config``) here, checked against the target's
+        options and the release's image (``HardwareProfileError`` naming both and what to set); ``known``: False
+        for ``auto`` before the cluster's instances are seen. None: this target runs no image of raylift's."""
+        return None
 
     def attach_cluster(self, cluster: ClusterConnection) -> None:
         """This target drives the cluster ``cluster`` names: its identity keys state; its token is its own."""

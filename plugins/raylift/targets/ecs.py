@@ -242,7 +242,7 @@ class EcsTarget(DrainedScaleIn, DashboardServeControl, AwsTarget):
 
         ecr = EcrImageHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
         uri = ecr.repository_uri(self.aws.ecr_repository)
-        tag = image_tag(image_content_digest(self.root, self.aws.image_name))
+        tag = image_tag(image_content_digest(self.root, self.image_name))
         try:
             reply = ecr.conn.describe_images(repositoryName=self.aws.ecr_repository, imageIds=[{"imageTag": tag}])
         except ClientError as exc:
