@@ -46,7 +46,10 @@ fi
 # Each lane's log follows once the foreground lane ends.
 mkdir -p var/test-tmp
 HEAVY=(tests/integration tests/entrypoints)
-MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/test_translator_and_llamacpp.py)
+# The AWS-shaped Ray clusters (tests/integration/test_aws_shaped_cluster.py: Ray + Serve with stand-in replicas, no
+# vLLM engine, ports 20500-20709) run in lane 2 too: it ends well before the engine lane, and they mostly wait on Ray.
+MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/test_translator_and_llamacpp.py
+                   tests/integration/test_aws_shaped_cluster.py)
 MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}")
 "${PYTEST[@]}" "${HEAVY[@]}" "${MULTI_INTEGRATION[@]/#/--ignore=}" --basetemp=var/test-tmp/heavy \
   >var/test-tmp/heavy.log 2>&1 &
