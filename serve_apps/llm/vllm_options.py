@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import inspect
 import io
+import json
 import os
 import tempfile
 from argparse import Namespace
@@ -162,11 +163,17 @@ def vllm_namespace(model: str, served_model_name: str, options: dict[str, Any]) 
 
     parser = vllm_api("make_arg_parser")(vllm_api("FlexibleArgumentParser")(prog="raylift-llm-app"))
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump({"model": model, "served-model-name": served_model_name, **options}, f)
+        # A mapping goes in as its JSON text, the form vLLM's dict options take: 0.32's loader json.dumps a nested
+        # mapping itself (the same words), 0.9.1's passes on str(value), a Python repr no JSON option accepts.
+        yaml.safe_dump({k: json.dumps(v) if isinstance(v, dict) else v for k, v in options.items()}, f)
+    # Model and name as one --key=value word each, ahead of --config: 0.9.1's loader keeps the first word ahead of
+    # the file's options (it expects a subcommand there, and a leading --config is taken for --config-format);
+    # 0.32's puts the file's options first. Either way vLLM parses the same arguments.
+    argv = [f"--model={model}", f"--served-model-name={served_model_name}", "--config", f.name]
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            ns: Namespace = parser.parse_args(["--config", f.name])
+            ns: Namespace = parser.parse_args(argv)
     except SystemExit:  # argparse reports to stderr, then exits
         text = stderr.getvalue()
         # argparse's own line is "<prog>: error: ..."; a config's pydantic error spans lines after it
