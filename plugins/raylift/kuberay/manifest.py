@@ -280,6 +280,35 @@ def _model_volume(hf_home: str | None, claim: str | None) -> _Volumes:
     return volumes, mounts
 
 
+_INIT_RESOURCES = {"cpu": "100m", "memory": "64Mi"}  # requests == limits, as every container of the pod (Guaranteed)
+
+
+def _node_caches(pod: PodProfile, image: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's node-disk folders: ``hostPath`` volumes, their mounts, and the init container that gives each
+    to the image's user (kubelet creates a missing one root-owned; only CHOWN is kept of root's capabilities)."""
+    volumes = [
+        {"name": c.name, "hostPath": {"path": c.node_path, "type": "DirectoryOrCreate"}} for c in pod.node_caches
+    ]
+    mounts = [{"name": c.name, "mountPath": c.mount_path} for c in pod.node_caches]
+    if not pod.node_caches:
+        return volumes, mounts, []
+    init = {
+        "name": "own-node-caches",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", " && ".join(f"chown {c.owner} {c.mount_path}" for c in pod.node_caches)],
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        },
+        "resources": {"requests": dict(_INIT_RESOURCES), "limits": dict(_INIT_RESOURCES)},
+        "volumeMounts": copy.deepcopy(mounts),
+    }
+    return volumes, mounts, [init]
+
+
 def _pod_template(
     pod: PodProfile,
     image: str,
@@ -290,6 +319,8 @@ def _pod_template(
     head: bool,
 ) -> dict[str, Any]:
     volumes, mounts = extras.volumes_and_mounts
+    cache_volumes, cache_mounts, init_containers = _node_caches(pod, image)
+    volumes, mounts = volumes + cache_volumes, mounts + cache_mounts
     container: dict[str, Any] = {
         "name": container_name,
         "image": image,
@@ -308,6 +339,8 @@ def _pod_template(
     if mounts:
         container["volumeMounts"] = copy.deepcopy(mounts)
     spec: dict[str, Any] = {"containers": [container]}
+    if init_containers:
+        spec["initContainers"] = init_containers
     if extras.service_account:
         spec["serviceAccountName"] = extras.service_account
     if pod.node_selector:

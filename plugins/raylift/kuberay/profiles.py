@@ -11,7 +11,8 @@ compares with node-group headroom.
   ``model-inferencing: cpu-arm`` (the managed node group ``graviton`` raylift resizes, or Karpenter's pool),
   one c7g/c8g.8xlarge per worker pod, CPU only. Never the ``system`` node group Karpenter itself runs on.
 - ``inf2``: vLLM on Inferentia2 (seed 004): TP=8 = 4 Neuron devices (2 cores each) per pod, three
-  pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``).
+  pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``); the Neuron compile
+  cache on the node's disk (``NEURON_COMPILE_CACHE``), shared by the node's pods and kept across restarts.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ class UnknownProfileError(RayliftValueError):
 
 
 @dataclass(frozen=True)
+class NodeCache:
+    """A folder on the node's own disk mounted into the pod (a ``hostPath`` volume): it outlives the pod (a
+    restarted or replaced pod on the node finds it) and is shared by the pods of one node. kubelet creates a
+    missing one root-owned (0755), so an init container hands it to the image's user (``owner``) first."""
+
+    name: str  # the volume's name
+    node_path: str  # on the node (its root EBS volume: the node group's disk_size_gb in terraform)
+    mount_path: str  # in the Ray container
+    owner: str  # uid:gid of the image's USER
+
+
+@dataclass(frozen=True)
 class PodProfile:
     """What one Ray pod requests and where it may run (requests == limits: Guaranteed QoS)."""
 
@@ -39,6 +52,7 @@ class PodProfile:
     instance_types: tuple[str, ...] = ()  # rendered as a required node affinity when non-empty
     scheduler_name: str | None = None
     ray_start_params: dict[str, str] = field(default_factory=dict)
+    node_caches: tuple[NodeCache, ...] = ()
 
     def quantity(self, resource: str) -> float:
         """A resource request as a number (cores, GiB for memory, devices)."""
@@ -77,6 +91,17 @@ class NodeProfile:
 
 
 _HEAD_RAY_PARAMS = {"dashboard-host": "0.0.0.0", "num-cpus": "0"}  # head: control plane, no replicas
+
+# The Neuron compiler's cache (NEFFs by graph hash; NxD Inference compiles the model at every engine start and
+# finds its graphs here): the ray-neuron image's NEURON_COMPILE_CACHE_URL, the Neuron SDK's default folder. On
+# the node's disk, not under the model mount (read-only on EKS) nor in the container (gone with the pod), so a
+# replaced pod, and the other two TP=8 pods of an inf2.48xlarge, reuse what the first one compiled.
+NEURON_COMPILE_CACHE = NodeCache(
+    name="neuron-compile-cache",
+    node_path="/var/lib/raylift/neuron-compile-cache",
+    mount_path="/var/tmp/neuron-compile-cache",
+    owner="1000:100",  # images/ray-neuron/Dockerfile: USER 1000:100
+)
 
 # Heads of the amd64 profiles: the terraform EKS example's Karpenter NodePool "ray-head" (small, untainted
 # amd64). Every amd64 node group is tainted for its accelerator, so a head selecting only the arch stayed Pending.
@@ -158,12 +183,13 @@ PROFILES: dict[str, NodeProfile] = {
                     node_selector={"node.kubernetes.io/instance-type": "inf2.48xlarge"},
                     tolerations=({"key": NEURON_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},),
                     scheduler_name="my-scheduler",  # Neuron scheduler extension: contiguous devices
+                    node_caches=(NEURON_COMPILE_CACHE,),
                 ),
             ),
         ),
         accelerator=NEURON_RESOURCE,
         tensor_parallel_size=8,
-        env={"NEURON_RT_NUM_CORES": "8"},
+        env={"NEURON_RT_NUM_CORES": "8", "NEURON_COMPILE_CACHE_URL": NEURON_COMPILE_CACHE.mount_path},
         nodegroup="inferentia",
     ),
 }

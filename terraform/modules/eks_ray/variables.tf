@@ -79,6 +79,9 @@ variable "node_groups" {
       disk_size_gb   = 100
       labels         = { "model-inferencing" = "cpu-arm" }
     }
+    # Inferentia2 Ray workers (profile inf2: three TP=8 pods per inf2.48xlarge). The root volume also holds the
+    # Neuron compile cache the pods mount from the node (/var/lib/raylift/neuron-compile-cache, hostPath: kept
+    # across pod restarts, shared by the node's pods; plugins/raylift/kuberay/profiles.py NEURON_COMPILE_CACHE).
     inferentia = {
       instance_types = ["inf2.48xlarge"]
       ami_type       = "AL2023_x86_64_NEURON"
