@@ -23,6 +23,7 @@ from raylift.aws.content import image_content_digest, image_platform, image_tag
 from raylift.aws.images import DEFAULT_IMAGE, PROFILE_IMAGES, ImageProfileError, choose_image, profile_image
 from raylift.hardware_profile import HardwareProfileError
 from raylift.operators.build import BuildArtifactOperator
+from raylift.operators.cluster import ScaleClusterOperator
 from raylift.operators.profile import HardwareProfileOperator
 from raylift.serve_config import load_config
 from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster, eks_nodegroups
@@ -95,6 +96,17 @@ def content_tag(image: str) -> str:
     return image_tag(image_content_digest(ROOT, image))
 
 
+def ecr_repository_push(tag: str) -> str:
+    """An image manifest put into moto's ECR as ``REPO:tag``; its digest."""
+    layer = "sha256:" + "c" * 64
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 7, "digest": layer},
+                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 7,
+                            "digest": layer}]}  # fmt: skip
+    reply = boto3.client("ecr").put_image(repositoryName=REPO, imageManifest=json.dumps(manifest), imageTag=tag)
+    return str(reply["image"]["imageId"]["imageDigest"])
+
+
 # -- the mapping ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("profile", "image"), [
     ("llm-gpu.yaml", "ray-vllm-gpu"), ("llm-gpu-tp4.yaml", "ray-vllm-gpu"), ("llm-gpu-pp3-tp4.yaml", "ray-vllm-gpu"),
@@ -150,10 +162,17 @@ def test_ecs_graviton_instances_build_the_arm64_image(infra: Proxy) -> None:
     service_tasks("ray-head", [head])
     service_tasks("ray-worker", [worker])
     options = {"cluster": "ray", "head_address": "10.0.0.1", "bucket": BUCKET, "ecr_repository": REPO}
-    record, env, sent, _, _ = run_check_and_build(infra, "ecs", options)
+    record, env, sent, ti, dag = run_check_and_build(infra, "ecs", options)
     assert (record["serve_config"], record["image"]) == ("llamacpp-graviton.yaml", "ray-llamacpp-arm64")
     assert env["DOCKERFILE"] == "images/ray-llamacpp-arm64/Dockerfile" and env["DOCKER_PLATFORM"] == "linux/arm64"
     assert sent["projectName"] == "raylift-image-arm64"
+    # the scale step rolls out that image, by digest (CodeBuild pushed it under its content tag; moto's build does
+    # not, so it is put there as the buildspec's push would)
+    pushed = ecr_repository_push(content_tag("ray-llamacpp-arm64"))
+    with dag:
+        scale = ScaleClusterOperator(task_id="scale_cluster", target="ecs", target_options=options, workers=1)
+    scale.pre_execute({"run_id": "manual__1", "ti": ti})
+    assert scale.target_impl.image_reference().endswith(f"/{REPO}@{pushed}")
 
 
 def test_ecs_with_no_instance_known_builds_the_default_and_the_deploy_refuses_a_profile_it_cannot_run(
