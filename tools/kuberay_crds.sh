@@ -17,15 +17,16 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 # The release raylift deploys: terraform/modules/eks_ray's kuberay_operator_version (tests/infra checks they agree).
-KUBERAY_VERSION=v1.5.1
+KUBERAY_VERSION=v1.7.0
 KUBERAY_CRDS_URL=${KUBERAY_CRDS_URL:-https://raw.githubusercontent.com/ray-project/kuberay/$KUBERAY_VERSION/ray-operator/config/crd/bases}
-# sha256 of each file at that tag (commit 9e8a2c085b7b7c96cf7cc5d857787bc2d78406c6), as GitHub serves it raw
+# sha256 of each file at that tag (commit feeaf72facab4881ba2b179248bb67315634e229, the release ../shared/reference/kuberay
+# holds too), as GitHub serves it raw. v1.7.0, not 1.5.1: raylift renders authOptions.secretName, which KubeRay's
+# RayService CRD has from v1.6.0 on (1.5.1's refused the manifest's Ray token Secret).
 declare -A PINNED=(
-  [ray.io_rayservices.yaml]=563d23ba5a73e5ca4b949ae7f41ff43468ce069afe336ebcb45db2beeb9a62ab
-  [ray.io_rayclusters.yaml]=9b5ada939fdfd0edb5a6cf48f24a63bd792254c264967dd0930155a3941c2557
-  [ray.io_rayjobs.yaml]=7825ddddb04eb775d6cf6c2fd4ad4d8eeff3cb7122dac95218ca1525fd85c91f
+  [ray.io_rayservices.yaml]=0a8fc325e6e22b9231c1f282b309555e2ecf94227ca20a03df3d1d9a403907ab
+  [ray.io_rayclusters.yaml]=c44704442eef0c6721ad40c1d66782c8bd3fdab9d3344306a5820910a679baa1
 )
-FETCHED=(ray.io_rayservices.yaml ray.io_rayclusters.yaml ray.io_rayjobs.yaml)
+FETCHED=(ray.io_rayservices.yaml ray.io_rayclusters.yaml)
 NEEDED=(ray.io_rayservices.yaml ray.io_rayclusters.yaml)  # what the tests read (a copy without rayjobs serves)
 SHARED=$(realpath -m "$RAYLIFT_ROOT/../shared/reference/kuberay")
 CACHE=$RAYLIFT_CACHE/kuberay-crds

@@ -179,7 +179,7 @@ def test_kuberay_pods_get_a_network_policy_and_a_token_secret() -> None:
     open_to_all = [rule for rule in policy["ingress"] if "from" not in rule]
     assert [[p["port"] for p in rule["ports"]] for rule in open_to_all] == [['"8000"']]  # only Serve
     assert {"kubernetes_secret_v1.ray_auth", "random_password.ray_auth"} <= eks.resources
-    assert unquote(eks.variables["kuberay_operator_version"]["default"]) >= "1.5.1"
+    assert unquote(eks.variables["kuberay_operator_version"]["default"]) >= "1.6.0"
 
 
 # -- checkov -------------------------------------------------------------------------------------------

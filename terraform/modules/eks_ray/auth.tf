@@ -1,6 +1,6 @@
 # Ray's control plane on EKS: token auth and a NetworkPolicy.
 # The token lives in a Kubernetes Secret (key auth_token) that raylift's RayServices name in
-# authOptions.secretName (target option ray_auth_secret): KubeRay (>= 1.5.1) sets RAY_AUTH_MODE=token and
+# authOptions.secretName (target option ray_auth_secret): KubeRay (>= 1.6.0) sets RAY_AUTH_MODE=token and
 # RAY_AUTH_TOKEN on every Ray container and sends the token on its own dashboard calls.
 resource "random_password" "ray_auth" {
   length  = 48

@@ -150,7 +150,7 @@ variable "airflow_role_arn" {
 variable "kuberay_operator_version" {
   description = "Chart version of the KubeRay operator (ray-project/kuberay-helm)."
   type        = string
-  default     = "1.5.1" # authOptions (Ray token auth) needs >= 1.5.1
+  default     = "1.7.0" # authOptions.secretName (the Ray token's Secret) is in the CRD from 1.6.0 on
 }
 
 variable "aws_load_balancer_controller_version" {
