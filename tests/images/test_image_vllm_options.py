@@ -59,8 +59,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from raylift.config import repo_root
 from raylift.aws.images import profile_image
+from raylift.config import repo_root
 from tests.images.test_dockerfiles import IMAGES, parse_dockerfile
 from tests.images.test_image_vllm_wheels import VLLM_DISTS, VLLM_IMAGES, DeclaredVllm, vllm_dockerfiles
 from tests.images.wheel_files import _remote_zip, cache_dir, find_wheel, wheel_member
