@@ -310,3 +310,12 @@ def test_instance_type_comes_from_ec2_when_the_attribute_is_absent(infra: None) 
 def test_billed_nodes_of_a_missing_cluster_is_a_cluster_error(infra: None) -> None:
     with pytest.raises(ClusterError, match="ECS cluster 'nowhere' or its service.*check the target options"):
         target(cluster="nowhere").billed_nodes()
+
+
+def test_engine_args_are_said_to_be_unchecked_before_the_deploy(caplog: pytest.LogCaptureFixture) -> None:
+    """ECS cannot run vLLM before the deploy: the task log says so rather than implying a check that never ran."""
+    from raylift.targets.base import Target
+
+    with caplog.at_level("WARNING"):
+        Target.validate_engine_args(EcsTarget.__new__(EcsTarget), "s3://b/m", {"max_model_len": 8192})
+    assert "engine_args ['max_model_len'] are not checked before the deploy on target 'ecs'" in caplog.text

@@ -153,8 +153,16 @@ class Target(ABC):
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
                              working_dir: str | None = None) -> None:
         """Refuse engine args vLLM would reject, before deploying (``working_dir``: the app's package, for a
-        target that runs the check on the cluster). Targets without a local vLLM runtime rely on Serve
-        reporting DEPLOY_FAILED (and the deploy rolling back) instead."""
+        target that runs the check on the cluster). Targets that cannot run vLLM before the deploy (ecs, eks) say so
+        in the task log: the image's vLLM parses them when the replica starts, where a refusal is Serve's
+        DEPLOY_FAILED and the deploy rolls back (tests/images/test_image_vllm_options.py checks the profiles')."""
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "engine_args %s are not checked before the deploy on target %r: the image's vLLM parses them when the "
+            "replica starts, and an option it refuses fails the deploy there (DEPLOY_FAILED, rolled back).",
+            sorted(engine_args), getattr(self, "name", type(self).__name__),
+        )
 
     def state_uri(self) -> str:
         """Where run records and the last good Serve config are kept (the model store by default)."""
