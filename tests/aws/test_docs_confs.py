@@ -64,7 +64,9 @@ def shown(target: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]
     connections: dict[str, dict[str, Any]] = {}
     for conn_id, rest in CONNECTION.findall(text):
         merged = JQ_MERGE.search(rest)
-        assert merged and "airflow variables get raylift_target_options" in rest, rest
+        # -j: the tool stores the options with `variables set --json`, and a plain `variables get` prints them as one
+        # JSON string, which jq refuses to merge into (the connection would be added with no options)
+        assert merged and "airflow variables get -j raylift_target_options" in rest, rest
         connections[conn_id] = json.loads(merged.group(1))
     return confs, connections
 
@@ -188,15 +190,52 @@ def test_the_eks_quick_start_conf_deploys_the_gpu_profile(infra: Proxy, monkeypa
     deploy_and_check(conf, {}, [{"CPU": 48.0, "GPU": gpus}] * max(1, conf["workers"]))
 
 
+# What a user types, in the order the section's shell blocks show it (a user copies the blocks top to bottom).
+STEPS = {
+    "ecs": ["docker build -f images/airflow/Dockerfile", "docker push", "aws secretsmanager create-secret",
+            "staging_image = ", "terraform apply", "tools/tf_outputs_to_airflow.py", "--replace", "| sh",
+            "airflow connections add", "--conn-type raylift_cluster", "airflow dags unpause raylift_deploy",
+            "airflow dags trigger raylift_deploy", "airflow dags list-runs raylift_deploy"],
+    "eks": ["staging_image = ", "terraform apply", "create secret generic", "create-access-entry",
+            "tools/tf_outputs_to_airflow.py", "--replace", "| sh", "airflow connections add",
+            "--conn-type raylift_cluster", "airflow dags unpause raylift_deploy", "airflow dags trigger raylift_deploy",
+            "airflow dags list-runs raylift_deploy"],
+}
+
+
+def shell(target: str) -> str:
+    return "".join(re.findall(r"```bash\n(.*?)```", section(target), re.S))
+
+
 @pytest.mark.parametrize("target", sorted(SECTIONS))
 def test_the_quick_start_names_every_step(target: str) -> None:
-    """Read top to bottom: the stack, Airflow pointed at it, the cluster's connection, then the trigger."""
-    text = section(target)
-    steps = ["terraform apply", "tools/tf_outputs_to_airflow.py", "--replace", "| sh",
-             "airflow connections add", "--conn-type raylift_cluster", "airflow dags trigger raylift_deploy"]
+    """Read top to bottom: the staging image and the hub token, the stack, Airflow pointed at it, the cluster's
+    connection, the unpause (Airflow creates DAGs paused: a paused DAG's run never starts), the trigger, the wait.
+    tests/entrypoints/test_quickstarts.py runs these blocks on a scheduler-driven Airflow."""
+    text = shell(target)
+    steps = STEPS[target]
     where = [text.find(step) for step in steps]
     assert -1 not in where, f"the {target} quick start lacks {steps[where.index(-1)]!r}"
-    assert where.index(max(where)) == len(steps) - 1 and where[-1] > where[4] > where[1], (
-        f"the {target} quick start's steps are out of order: {dict(zip(steps, where))}")
+    assert where == sorted(where), f"the {target} quick start's steps are out of order: {dict(zip(steps, where))}"
     for conn_id in shown(target)[1]:
         assert shlex.quote(conn_id) == conn_id
+    # the staging image is a variable of the example the section applies
+    assert 'variable "staging_image"' in (ROOT / f"terraform/examples/{target}/variables.tf").read_text()
+
+
+def test_the_hub_token_reaches_the_staging_step() -> None:
+    """The quick starts stage a gated model: ECS's staging task reads HF_TOKEN from the secret given to the
+    ecs_ray module's staging_hf_token_secret_arn; EKS's Jobs from the Secret the connection's hf_token_secret
+    names, under raylift's key."""
+    from raylift.kuberay.manifest import HF_TOKEN_SECRET_KEY
+
+    assert 'variable "staging_hf_token_secret_arn"' in (ROOT / "terraform/modules/ecs_ray/staging.tf").read_text()
+    assert "staging_hf_token_secret_arn" in section("ecs")
+    secret = re.search(r"kubectl -n (\S+) create secret generic (\S+) --from-literal=(\w+)=", shell("eks"))
+    assert secret, "the EKS quick start creates no Secret for the hub token"
+    namespace, name, key = secret.groups()
+    # the key raylift reads, in the namespace the stack runs the staging Jobs in (the Ray namespace)
+    assert key == HF_TOKEN_SECRET_KEY, key
+    assert namespace == module_default("terraform/modules/eks_ray/variables.tf", "ray_namespace"), namespace
+    connections = shown("eks")[1]
+    assert [extra.get("hf_token_secret") for extra in connections.values()] == [name], connections
