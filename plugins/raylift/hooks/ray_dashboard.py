@@ -25,6 +25,7 @@ from airflow.sdk.bases.hook import BaseHook
 
 from raylift.errors import ClusterError, CredentialsError, DeployError
 from raylift.records import ClusterState
+from raylift.secrets import clean_field
 
 # Ray Serve's HTTP_PROXY_TIMEOUT (ray.serve._private.constants; a test reads it there): the first PUT to a cluster
 # starts Serve and the dashboard answers only once every proxy is up, or 500 "HTTP proxies not available after
@@ -133,7 +134,8 @@ class RayDashboardHook(BaseHook):
             raise ClusterError("RayDashboardHook needs a dashboard address or a raylift_cluster connection id.")
         self.address = address.rstrip("/")
         self.timeout_s = timeout_s
-        self._token = auth_token
+        # a token pasted with its newline would be an illegal header on every poll: trimmed, checked, masked
+        self._token = clean_field(auth_token, where=f"the Ray token for {self.address}", field="value", secret=True)
 
     @property
     def headers(self) -> dict[str, str]:

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk.bases.hook import BaseHook
 
-from raylift.errors import RayliftValueError
+from raylift.errors import CredentialsError, RayliftValueError
+from raylift.secrets import SECRET_NAME, clean_field, mask
 
 CONN_TYPE = "raylift_cluster"
 KINDS = ("local", "ray", "ecs", "eks")
@@ -47,11 +51,56 @@ class ClusterConnectionError(RayliftValueError):
     """A ``raylift_cluster`` connection is missing, of another type, or holds a value raylift cannot use."""
 
 
+URL_KEYS = ("dashboard_url", "serve_url", "head_address", "endpoint")
+#: the Airflow Variable naming which cluster connections each DAG may deploy to (README, "Clusters are Airflow
+#: connections"): ``{"<dag_id>": ["<conn id>", ...], "*": [...]}`` or a list for every DAG; absent: any
+ALLOW_LIST_VARIABLE = "raylift_allowed_cluster_conns"
+
+
 def origin(url: str) -> str:
     """``scheme://host:port`` of ``url`` (the port made explicit), for comparing where a request goes."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    return f"{scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def normalise_url(url: str) -> str:
+    """One spelling of where ``url`` points: scheme and host lower-cased, the default port made explicit, repeated
+    and trailing ``/`` removed (``HTTP://Ray-Dev/`` -> ``http://ray-dev:80``). A host name and its IP address stay
+    two spellings: telling them apart needs DNS, which a connection's parse does not do."""
+    if "://" not in url:
+        return url.rstrip("/")
+    parts = urlsplit(url.strip())
+    path = re.sub(r"/{2,}", "/", parts.path).rstrip("/")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{origin(url)}{path}{query}"
+
+
+def check_store_uri(value: Any, *, where: str) -> None:
+    """Refuse a relative ``model_store``: it would resolve against whichever folder a worker runs in, so two
+    workers (or two runs) would keep one cluster's models, release state and lease in different places."""
+    if isinstance(value, str) and "://" not in value and not os.path.isabs(value):
+        raise RayliftValueError(
+            f"{where}model_store {value!r} is a relative path: give an absolute folder (/srv/raylift/models) or an "
+            "s3:// prefix, so every worker keeps this cluster's models, release state and lease in one place."
+        )
+
+
+def location(kind: str, options: dict[str, Any]) -> tuple[str, ...] | None:
+    """Where a cluster of ``kind`` with ``options`` is, in one spelling (None: not known from the options alone,
+    or ``local``, this worker's own cluster). Two connections with one location point at one cluster."""
+    def opt(name: str) -> str:
+        value = options.get(name)
+        return str(value).strip().lower() if value is not None else ""
+
+    if kind == "ray" and isinstance(options.get("dashboard_url"), str):
+        return ("ray", origin(options["dashboard_url"]))
+    if kind == "ecs" and options.get("cluster"):
+        return ("ecs", opt("region_name"), opt("cluster"))
+    if kind == "eks" and options.get("cluster_name"):
+        return ("eks", opt("region_name"), opt("cluster_name"), opt("namespace"), opt("rayservice_name"))
+    return None
 
 
 @dataclass(frozen=True)
@@ -65,11 +114,16 @@ class ClusterConnection:
     token: str | None = field(default=None, repr=False)
 
     @property
+    def location(self) -> tuple[str, ...] | None:
+        """Where this connection's cluster is (``location``), for refusing a second connection to it."""
+        return location(self.kind, self.options)
+
+    @property
     def identity(self) -> str:
         """The cluster's identity for release state and the writer lease: the connection id plus a digest of
         where the connection points (kind and reach options). A connection re-pointed at another cluster gets
         another identity, so it does not inherit that cluster's history; a restart of the same cluster keeps it."""
-        reach = {k: v for k, v in sorted(self.options.items()) if k in REACH_KEYS}
+        reach = {k: v for k, v in sorted(self.options.items()) if k in REACH_KEYS}  # URLs normalised when parsed
         digest = hashlib.sha256(json.dumps([self.kind, reach], sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.conn_id}@{digest}"
 
@@ -79,12 +133,19 @@ class ClusterConnection:
         return frozenset(origin(u) for u in urls if "://" in u)
 
 
-def _extras(conn: Any) -> dict[str, Any]:
+def _extras(conn_id: str, conn: Any) -> dict[str, Any]:
+    """The connection's extras under their own names, string values trimmed and checked (``clean_field``), any
+    whose name says secret masked, and URLs in one spelling (``normalise_url``)."""
     extra = conn.extra_dejson if hasattr(conn, "extra_dejson") else json.loads(conn.extra or "{}")
     prefix = f"extra__{CONN_TYPE}__"
     out: dict[str, Any] = {}
     for key, value in dict(extra).items():
         name = key[len(prefix):] if key.startswith(prefix) else key
+        if isinstance(value, str):
+            value = clean_field(value, where=f"Airflow connection {conn_id!r}", field=f"extra {name!r}",
+                                secret=bool(SECRET_NAME.search(name)))
+            if value is not None and name in URL_KEYS:
+                value = normalise_url(value)
         if value in (None, ""):  # a form field left empty
             continue
         out[name] = value
@@ -98,7 +159,11 @@ def parse_connection(conn_id: str, conn: Any) -> ClusterConnection:
             f"Airflow connection {conn_id!r} is of type {conn.conn_type!r}, not {CONN_TYPE!r}: a cluster Param names "
             f"a raylift cluster connection (airflow connections add {conn_id} --conn-type {CONN_TYPE} ...)."
         )
-    extras = _extras(conn)
+    where = f"Airflow connection {conn_id!r}"
+    token = clean_field(conn.password, where=where, field="password (the Ray token)", secret=True)
+    for name in ("login", "host"):
+        clean_field(getattr(conn, name, None), where=where, field=name)
+    extras = _extras(conn_id, conn)
     kind = extras.pop("kind", None)
     if kind not in KINDS:
         raise ClusterConnectionError(
@@ -109,9 +174,107 @@ def parse_connection(conn_id: str, conn: Any) -> ClusterConnection:
         redeploy = redeploy.strip().lower() in ("1", "true", "yes", "on")
     if not isinstance(redeploy, bool):
         raise ClusterConnectionError(f"Airflow connection {conn_id!r}: extra 'redeploy' must be true or false.")
-    return ClusterConnection(
-        conn_id=conn_id, kind=str(kind), options=extras, redeploy=redeploy, token=conn.password or None,
-    )
+    check_store_uri(extras.get("model_store"), where=f"{where}: its extra ")
+    return ClusterConnection(conn_id=conn_id, kind=str(kind), options=extras, redeploy=redeploy, token=token)
+
+
+def _env_connection_ids() -> list[str]:
+    """The connection ids Airflow reads from this worker's environment (``AIRFLOW_CONN_<ID>``)."""
+    prefix = "AIRFLOW_CONN_"
+    return [name[len(prefix):].lower() for name in os.environ if name.startswith(prefix) and len(name) > len(prefix)]
+
+
+def known_clusters(also: Iterable[str] = ()) -> list[ClusterConnection]:
+    """The ``raylift_cluster`` connections this worker can see without listing the metadata database (which Airflow
+    3's task API does not offer): those in its environment, those the allow-list names, and ``also``."""
+    ids = dict.fromkeys([*_env_connection_ids(), *allowed_everywhere(), *also])
+    found: list[ClusterConnection] = []
+    for conn_id in ids:
+        try:
+            conn = BaseHook.get_connection(conn_id)
+            if conn.conn_type == CONN_TYPE:
+                found.append(parse_connection(conn_id, conn))
+        except Exception:  # noqa: BLE001 - a connection that does not parse is refused when a run names it
+            continue
+    return found
+
+
+def check_sole_owner(cluster: ClusterConnection) -> None:
+    """Refuse ``cluster`` when another connection points at the same cluster: two ids would give one cluster two
+    identities, two writer leases and two release histories."""
+    where = cluster.location
+    if where is None:
+        return
+    for other in known_clusters():
+        if other.conn_id != cluster.conn_id and other.location == where:
+            first, second = sorted((cluster.conn_id, other.conn_id))
+            raise ClusterConnectionError(
+                f"Airflow connections {first!r} and {second!r} point at the same cluster ({', '.join(where)}): "
+                f"one cluster has one identity, one writer lease and one release history, so keep one (the one "
+                f"your runs and its release state already use) and delete the other. Nothing was sent."
+            )
+
+
+def check_unowned(kind: str, options: dict[str, Any]) -> None:
+    """Refuse a Params-only run (no ``cluster_conn_id``) at a cluster a connection owns: it would run beside that
+    connection's lease and history under another identity."""
+    where = location(kind, {k: normalise_url(v) if k in URL_KEYS and isinstance(v, str) else v
+                            for k, v in options.items()})
+    if where is None:
+        return
+    for other in known_clusters():
+        if other.location == where:
+            raise ClusterConnectionError(
+                f"This run's target_options point at the cluster of Airflow connection {other.conn_id!r} "
+                f"({', '.join(where)}): set the cluster_conn_id Param to {other.conn_id!r} (and drop those "
+                "target_options) so the run holds that cluster's lease and keeps its history. Nothing was sent."
+            )
+
+
+def _allow_list() -> Any:
+    from airflow.sdk import Variable
+
+    try:
+        return Variable.get(ALLOW_LIST_VARIABLE, default=None, deserialize_json=True)
+    except Exception as exc:  # noqa: BLE001 - an unreadable variable must refuse, not open the gate
+        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
+            return None
+        raise ClusterConnectionError(
+            f"Airflow Variable {ALLOW_LIST_VARIABLE!r} is not valid JSON ({type(exc).__name__}): set it to "
+            '{"<dag_id>": ["<connection id>", ...]} or a list of connection ids.'
+        ) from None
+
+
+def allowed_everywhere() -> list[str]:
+    """Every connection id the allow-list names (for ``known_clusters``)."""
+    allowed = _allow_list()
+    if isinstance(allowed, dict):
+        return [str(c) for ids in allowed.values() if isinstance(ids, list) for c in ids]
+    return [str(c) for c in allowed] if isinstance(allowed, list) else []
+
+
+def check_allowed(conn_id: str, dag_id: str | None) -> None:
+    """Refuse a cluster connection the allow-list (``ALLOW_LIST_VARIABLE``) does not give DAG ``dag_id``. No
+    variable: every connection is allowed (raylift's behaviour before the list)."""
+    allowed = _allow_list()
+    if allowed is None:
+        return
+    if isinstance(allowed, dict):
+        ids = allowed.get(dag_id or "", allowed.get("*", []))
+        scope = f"DAG {dag_id!r}"
+    else:
+        ids, scope = allowed, "every DAG"
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ClusterConnectionError(
+            f"Airflow Variable {ALLOW_LIST_VARIABLE!r} must map each DAG id to a list of connection ids "
+            '({"raylift_deploy": ["dev", "prod"]}) or be one such list.'
+        )
+    if conn_id not in ids:
+        raise CredentialsError(
+            f"Cluster connection {conn_id!r} is not in Airflow Variable {ALLOW_LIST_VARIABLE!r} for {scope} "
+            f"(allowed: {sorted(ids)}): name an allowed connection, or ask whoever runs Airflow to add it. "
+            "Nothing was sent."
+        )
 
 
 class RayliftClusterHook(BaseHook):
@@ -137,4 +300,6 @@ class RayliftClusterHook(BaseHook):
                 f"{self.cluster_conn_id} --conn-type {CONN_TYPE} --conn-extra '{{\"kind\": \"ray\", ...}}'), "
                 "or leave the cluster_conn_id Param empty to deploy on the local target."
             ) from None
-        return parse_connection(self.cluster_conn_id, conn)
+        cluster = parse_connection(self.cluster_conn_id, conn)
+        mask(cluster.token)
+        return cluster

@@ -101,7 +101,13 @@ def hub_token_from_connection(hf_conn_id: str | None) -> str | None:
         return None
     from airflow.sdk import BaseHook
 
-    return BaseHook.get_connection(hf_conn_id).password or None
+    from raylift.secrets import HUB_TOKEN_CONN_TYPES, check_conn_type, clean_field
+
+    conn = BaseHook.get_connection(hf_conn_id)
+    # a cluster's (or an AWS) connection named here would hand its credential to the hub
+    check_conn_type(hf_conn_id, conn.conn_type, field="hf_conn_id", kinds=HUB_TOKEN_CONN_TYPES, needs="a hub token")
+    return clean_field(conn.password, where=f"Airflow connection {hf_conn_id!r}", field="password (the hub token)",
+                       secret=True)
 
 
 def _from_hub(

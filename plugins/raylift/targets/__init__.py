@@ -38,17 +38,64 @@ def get_target(name: str, *, cluster_connection: ClusterConnection | None = None
     return target
 
 
-def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_conn_id: str | None) -> Target:
+def _current_dag_id() -> str | None:
+    try:
+        from airflow.sdk import get_current_context
+
+        return str(get_current_context()["dag"].dag_id)
+    except Exception:  # noqa: BLE001 - outside a task (tests, the CLI) there is no DAG to scope an allow-list by
+        return None
+
+
+def _check_named_connections(options: dict[str, Any]) -> None:
+    """A connection a Params field names must be of the kind that field needs, or its secret would go elsewhere
+    (naming a cluster connection as ``hf_conn_id`` would send that cluster's Ray token to the hub)."""
+    from raylift.secrets import AWS_CONN_TYPES, HUB_TOKEN_CONN_TYPES, check_conn_type
+
+    needs = {"hf_conn_id": (HUB_TOKEN_CONN_TYPES, "a hub token"), "aws_conn_id": (AWS_CONN_TYPES, "AWS credentials")}
+    for key, (kinds, what) in needs.items():
+        conn_id = options.get(key)
+        if not isinstance(conn_id, str) or not conn_id:
+            continue
+        try:
+            from airflow.sdk.bases.hook import BaseHook
+
+            conn_type = BaseHook.get_connection(conn_id).conn_type
+        except Exception:  # noqa: BLE001 - missing: hub_token/AWS's default chain decide, as before
+            continue
+        check_conn_type(conn_id, conn_type, field=f"target_options.{key}", kinds=kinds, needs=what)
+
+
+def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_conn_id: str | None, *,
+                   dag_id: str | None = None) -> Target:
     """The target a run names. With ``cluster_conn_id`` (a ``raylift_cluster`` connection), the connection says
     which kind of target, where the cluster is and what its token is; the run's ``target_options`` may add
     options, never re-point it (a token goes only to its own connection's hosts). Without one, the ``target``
-    Param and ``target_options`` as given (``local``: zero configuration)."""
-    options = dict(target_options or {})
-    if not cluster_conn_id:
-        return get_target(target, **options)
-    from raylift.hooks.raylift_cluster import REACH_KEYS, RayliftClusterHook
+    Param and ``target_options`` as given (``local``: zero configuration).
 
+    Before anything is sent: a relative ``model_store`` is refused; a connection named by ``hf_conn_id`` /
+    ``aws_conn_id`` must be a hub-token / AWS one; ``cluster_conn_id`` must be allowed for ``dag_id`` (default: the
+    running task's DAG) by the ``raylift_allowed_cluster_conns`` Variable, and the only connection pointing at its
+    cluster; a Params-only run may not point at a cluster a connection owns."""
+    from raylift.hooks.raylift_cluster import (
+        REACH_KEYS,
+        RayliftClusterHook,
+        check_allowed,
+        check_sole_owner,
+        check_store_uri,
+        check_unowned,
+    )
+
+    options = dict(target_options or {})
+    check_store_uri(options.get("model_store"), where="target_options.")
+    _check_named_connections(options)
+    if not cluster_conn_id:
+        check_unowned(target, options)
+        return get_target(target, **options)
+    check_allowed(cluster_conn_id, dag_id or _current_dag_id())
     cluster = RayliftClusterHook(cluster_conn_id).cluster()
+    check_sole_owner(cluster)
+    _check_named_connections(cluster.options)
     if target not in ("local", cluster.kind):
         raise RayliftValueError(
             f"The target Param is {target!r} but connection {cluster_conn_id!r} is a {cluster.kind!r} cluster: "

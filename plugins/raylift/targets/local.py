@@ -15,6 +15,7 @@ from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.cluster import LocalRayCluster
 from raylift.records import Artifact, ClusterExpectation, StagedModel
+from raylift.secrets import child_env
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
 from raylift.targets.base import Target
@@ -122,7 +123,8 @@ class LocalTarget(DashboardServeControl, Target):
         from raylift.config import own_runtime_python
 
         probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
-        if subprocess.run([str(self.settings.runtime_python), "-c", probe], timeout=60).returncode == 0:
+        if subprocess.run([str(self.settings.runtime_python), "-c", probe], timeout=60,
+                          env=child_env()).returncode == 0:
             return
         if Path(self.settings.runtime_python) != own_runtime_python():
             raise ClusterError(
@@ -174,6 +176,7 @@ class LocalTarget(DashboardServeControl, Target):
             capture_output=True,
             text=True,
             timeout=300,
+            env=child_env(),  # it imports the model's (user-supplied) code: no credential of the worker's
         )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
