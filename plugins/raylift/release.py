@@ -14,10 +14,20 @@ The rules, in order (the first that applies decides):
    since the last release whose verdict was a real ``pass``, and this release's, compounded
    (``prod(1 + x) - 1``) — above ``max_cumulative_regression``: roll back, naming the chain. This stops
    the ratchet of the sequential gate, where five releases each "not provably 10 % slower" drifted 1.75×;
-5. ``inconclusive`` (and ``new baseline`` outside a first deploy, or no judgement at all: nothing was
-   judged): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve" promotes, "reject"
+5. ``new baseline`` outside a first deploy (nothing comparable with the anchor: another benchmark profile, an
+   anchor without samples): roll back. **A change of what is measured starts no new anchor by itself**: only
+   ``regression_baseline: none``, asked explicitly (:attr:`ReleaseEvidence.new_anchor_by`, rule 0), does; the
+   gate judges a direct release against the anchor whenever anything comparable exists (a renamed model is
+   the same requests; levels in common are judged, none in common is ``failed``). Before, such a direct
+   release was promoted on its SLOs alone and became the anchor: a 3x slower one reset the chain;
+6. ``inconclusive`` (and no judgement at all: nothing was judged): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve" promotes, "reject"
    rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
-6. ``pass``: promote; it becomes the anchor (the chain starts again from it).
+7. ``pass``: promote; it becomes the anchor (the chain starts again from it).
+
+Rule 0, before rules 2-7: a **new anchor asked for** (``regression_baseline: none``; the evidence names who
+asked, the run's triggering user and run id as Airflow gives them): smoke, SLOs and a side-by-side judgement
+that ``failed`` or ``regressed`` still roll back; otherwise the release is promoted and becomes the anchor, the
+chain since the old anchor dropped, and every reason names who asked.
 
 Numbers behind the defaults: ``bench/gate_error_rates.py`` (``docs/benchmark-metrics.md``, "Gate error rates:
 old and new release process").
@@ -65,7 +75,9 @@ class ReleaseEvidence:
     :param anchor_links: headline changes (ratio - 1) of the releases promoted since the anchor, oldest first.
     :param max_cumulative_regression: the limit of the compounded change since the anchor (> 0).
     :param on_inconclusive: ``hold`` (ask a person), ``pass`` (promote) or ``fail`` (roll back).
-    :param approval: the person's answer to a hold, ``approve`` or ``reject``; None: not asked (yet)."""
+    :param approval: the person's answer to a hold, ``approve`` or ``reject``; None: not asked (yet).
+    :param new_anchor_by: ``regression_baseline: none`` was asked, by whom (e.g. "user 'admin', run
+        manual__1"); None: judged against the anchor."""
 
     first_deploy: bool
     smoke_passed: bool
@@ -75,6 +87,7 @@ class ReleaseEvidence:
     max_cumulative_regression: float = DEFAULT_MAX_CUMULATIVE_REGRESSION
     on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
     approval: str | None = None
+    new_anchor_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,7 @@ class ReleaseDecision:
     headline_change: float | None
     cumulative_change: float | None
     becomes_anchor: bool
+    new_anchor_by: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -176,6 +190,8 @@ def _check(evidence: ReleaseEvidence) -> None:
             "than the anchor in all)")
     bad = [x for x in evidence.anchor_links
            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= -1]
+    if evidence.new_anchor_by is not None and not str(evidence.new_anchor_by).strip():
+        raise RayliftValueError("new_anchor_by is empty: a new anchor (regression_baseline 'none') names who asked")
     if bad:
         raise RayliftValueError(f"anchor_links {list(evidence.anchor_links)!r}: each must be a finite change "
                                 f"above -1 (ratio - 1), got {bad!r}")
@@ -216,6 +232,8 @@ def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
                                cumulative, False)
     verdict = str(judgement.get("verdict")) if judgement else NOT_JUDGED
     note = f" ({judgement['note']})" if judgement.get("note") else ""
+    if evidence.new_anchor_by is not None and verdict not in (FAILED, REGRESSED):
+        return _new_anchor(evidence, verdict, headline, measured)
     if verdict in (FAILED, REGRESSED):
         what = ("the judgement failed" + note + ": no verdict is no pass" if verdict == FAILED
                 else f"judged regressed against what serves (tolerance "
@@ -234,14 +252,30 @@ def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     if verdict == PASS:
         return ReleaseDecision(PROMOTE, PASS, ("judged within the tolerance of what serves on every metric; it "
                                                "becomes the anchor", *measured), headline, cumulative, True)
+    if verdict == NEW_BASELINE:
+        return ReleaseDecision(
+            ROLL_BACK, FAILED,
+            (f"nothing this release measured is comparable with the anchor{note}, and it is not a first deploy: "
+             "a change of what is measured starts no new anchor by itself. Benchmark it as the anchor was "
+             "(its benchmark_profile, its concurrency levels), or set regression_baseline 'none' to start a new "
+             "anchor (the release record names who asked)", *measured), headline, cumulative, False)
     if verdict == INCONCLUSIVE:
         why = f"inconclusive: {_inconclusive(judgement)}"
-    elif verdict == NEW_BASELINE:
-        why = f"not judged: the judgement started a new baseline{note} on a release that is not a first deploy"
     else:
         why = "not judged: no judgement of the candidate against what serves"
     return _on_inconclusive(evidence, verdict if verdict == INCONCLUSIVE else NOT_JUDGED, why, measured,
                             headline, cumulative)
+
+
+def _new_anchor(evidence: ReleaseEvidence, verdict: str, headline: float | None,
+                measured: list[str]) -> ReleaseDecision:
+    """Rule 0: ``regression_baseline: none``, asked by ``evidence.new_anchor_by``: promoted as the new anchor."""
+    judged = (f"judged {verdict} beside what serves" if verdict not in (NOT_JUDGED, NEW_BASELINE)
+              else "held to its smoke test and SLOs only (not judged against the old anchor)")
+    why = (f"regression_baseline 'none', asked by {evidence.new_anchor_by}: a new anchor starts here; {judged}; "
+           f"the {len(evidence.anchor_links)} change(s) chained since the old anchor are dropped")
+    return ReleaseDecision(PROMOTE, NEW_BASELINE, (why, *measured), headline,
+                           headline if headline is not None else 0.0, True, evidence.new_anchor_by)
 
 
 def _on_inconclusive(evidence: ReleaseEvidence, verdict: str, why: str, measured: list[str],

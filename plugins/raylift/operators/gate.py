@@ -81,7 +81,6 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     def evidence(self, context: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None, list[Any], bool]:
         """(the ReleaseEvidence, the candidate's results, the baseline's, the gate violations, unchanged)."""
         from raylift.bench.gates import assess, merged_slos
-        from raylift.bench.judgement import NEW_BASELINE
         from raylift.deploy_state import run_key
         from raylift.operators.benchmark import _flag, _number, same_app_config
         from raylift.release import ON_INCONCLUSIVE, ReleaseEvidence
@@ -109,10 +108,13 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         if result is None:
             raise GateError(f"run {run_id} left no benchmark results ({run_key(run_id)}/benchmark.json): "
                             "nothing to judge; the release is not promoted")
-        anchor = state.anchor() if baseline_choice == "last_good" else None
-        if anchor is None and baseline_choice == "last_good" and not canary:
+        anchor = state.anchor()
+        if anchor is None and not canary:
             good = state.last_good()  # state written before anchors existed: the last good run stands in
             anchor = {"run_id": good["run_id"], "links": [], "benchmark": good.get("benchmark")} if good else None
+        # regression_baseline 'none', explicitly: the only way a new anchor starts outside a first deploy
+        # (raylift.release.decide, rule 0), and the record names who asked
+        new_anchor_by = asked_by(context) if baseline_choice == "none" else None
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
         unchanged = not canary and same_app_config(state.last_good(), config, str(self.app_name))
         links: tuple[float, ...] = ()
@@ -122,32 +124,31 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             baseline = state.store.read_json(f"{run_key(run_id)}/baseline.json")
             if baseline is None:
                 raise GateError(f"canary release {run_id}: the serving app's results (baseline.json) are missing")
-            # measured in the same rounds with the same prompts: another served name is no reason not to compare
-            baseline = {**baseline, "model": result.get("model")}
-            links = tuple(float(x) for x in (anchor or {}).get("links", []))
+            baseline = _relabelled(baseline, result)
+            links = () if new_anchor_by else tuple(float(x) for x in (anchor or {}).get("links", []))
+        elif new_anchor_by:
+            baseline = None  # a new anchor asked for: this direct release is held to its SLOs only
         else:
-            baseline = (anchor or {}).get("benchmark")
-            links = ()  # measured against the anchor's own samples: the change is already cumulative
-        first = (not canary and (anchor is None or baseline_choice == "none") and not unchanged) or bool(skipped)
+            # judged against the anchor's own samples (the change is already cumulative); always when the anchor
+            # has any: another served name or benchmark profile starts no new anchor by itself
+            # (an anchor that kept no samples is judged as such: nothing comparable, not a pass by absence)
+            baseline = _relabelled((anchor or {}).get("benchmark") or {"levels": []}, result)
+        first = (not canary and anchor is None and not unchanged) or bool(skipped)
+        judge_against = None if (first or unchanged or baseline is None) else baseline
         judgement, violations = assess(
-            result, merged_slos(self.slos if isinstance(self.slos, dict) else {}),
-            None if (first or unchanged) else baseline,
+            result, merged_slos(self.slos if isinstance(self.slos, dict) else {}), judge_against,
             max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
             confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
         )
-        if not canary and not first and not unchanged and judgement.verdict == NEW_BASELINE:
-            # another served model or benchmark profile (or an anchor without samples): the anchor's samples
-            # measured other requests, so this direct release starts a new anchor, held to its SLOs (else every
-            # later direct release would be compared with the old model's samples and never judged again)
-            self.log.warning("%s: this direct release starts a new anchor (SLOs only)", judgement.note)
-            first = True
+        judged = judge_against is not None
         not_regression = [v for v in violations if v.kind != "regression"]
         evidence = ReleaseEvidence(
             first_deploy=first or unchanged,
             smoke_passed=True,  # the smoke test passed, or this step would not run
             slo_violations=tuple(v.message for v in not_regression),
-            judgement=None if (first or unchanged) else judgement.as_dict(),
+            judgement=judgement.as_dict() if judged else None,
             anchor_links=links,
+            new_anchor_by=None if (first or unchanged) else new_anchor_by,
             on_inconclusive=on_inconclusive,
             max_cumulative_regression=_number(self.max_cumulative_regression, DEFAULT_MAX_CUMULATIVE_REGRESSION),
         )
@@ -228,6 +229,22 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             self.log.exception("benchmark report not written; the decision stands")
 
 
+def asked_by(context: Any) -> str:
+    """Who triggered the run, as Airflow gives it: the triggering user's name and the run id."""
+    dag_run = context.get("dag_run")
+    user = getattr(dag_run, "triggering_user_name", None) if dag_run is not None else None
+    who = f"user {user!r}" if user else "no named user (a schedule, an asset event or a backfill)"
+    return f"{who}, run {context['run_id']}"
+
+
+def _relabelled(baseline: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any] | None:
+    """``baseline`` under the candidate's served name: the name is a label clients send, the requests are the
+    benchmark profile's, so a renamed model is compared like any other release (canary and direct alike)."""
+    if baseline is None:
+        return None
+    return {**baseline, "model": result.get("model")}
+
+
 def approval_timeout_s(minutes: Any) -> float:
     from raylift.config import APPROVAL_TIMEOUT_MINUTES
 
@@ -245,7 +262,8 @@ def _evidence_dict(evidence: Any) -> dict[str, Any]:
     """What the decision saw, without the judgement (stored beside it in the record)."""
     return {"first_deploy": evidence.first_deploy, "slo_violations": list(evidence.slo_violations),
             "anchor_links": list(evidence.anchor_links), "on_inconclusive": evidence.on_inconclusive,
-            "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement}
+            "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement,
+            "new_anchor_by": evidence.new_anchor_by}
 
 
 def evidence_from_record(record: dict[str, Any], *, approval: str | None = None) -> Any:
@@ -258,4 +276,5 @@ def evidence_from_record(record: dict[str, Any], *, approval: str | None = None)
         slo_violations=tuple(seen.get("slo_violations") or ()), judgement=seen.get("judgement"),
         anchor_links=tuple(float(x) for x in seen.get("anchor_links") or ()),
         max_cumulative_regression=float(seen["max_cumulative_regression"]),
-        on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval)
+        on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval,
+        new_anchor_by=seen.get("new_anchor_by"))

@@ -138,11 +138,13 @@ class PromoteReleaseOperator(TargetOperator):
         final = ReleaseDecision(
             action=decision["action"], verdict=decision["verdict"], reasons=tuple(decision.get("reasons") or ()),
             headline_change=decision.get("headline_change"), cumulative_change=decision.get("cumulative_change"),
-            becomes_anchor=bool(decision.get("becomes_anchor")))
+            becomes_anchor=bool(decision.get("becomes_anchor")), new_anchor_by=decision.get("new_anchor_by"))
         new_links = next_anchor_links(links, final)
         if final.becomes_anchor:
             state.write_anchor(run_id, [], result)
-            moved = f"run {run_id} is the new anchor (its verdict was {final.verdict})"
+            moved = f"run {run_id} is the new anchor (its verdict was {final.verdict})" + (
+                f"; regression_baseline 'none' asked by {decision['new_anchor_by']}"
+                if decision.get("new_anchor_by") else "")
         elif anchor is None:  # nothing raylift released passed before (the app was deployed by hand)
             moved = f"no anchor yet (verdict {final.verdict}, not a pass): the next release that passes becomes it"
         else:
