@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from raylift.errors import ServeFitError
+from raylift.errors import RayliftValueError, ServeFitError
 from raylift.serve_config import app_by_name, merge_app
 
 CANARY_SUFFIX = "-canary"
@@ -31,6 +31,10 @@ RELEASES = ("canary", "direct")
 
 class CanaryRoomError(ServeFitError):
     """The cluster has no room for a one-replica canary and the serving app has no replica to lend."""
+
+
+class CanaryNameTakenError(RayliftValueError):
+    """An app raylift did not start for this release already has the canary's name: it is never overwritten."""
 
 
 def canary_name(app_name: str) -> str:
@@ -108,6 +112,17 @@ def plan_canary(
     if serving is None:
         raise ValueError(f"app {app_name!r} is not serving: a first deploy needs no canary")
     canary = canary_app(candidate, app_name)
+    taken = app_by_name(current, canary["name"])
+    if taken is not None:
+        # this release has not started its canary yet (a retry keeps its saved plan and never gets here), so
+        # an app of that name is someone else's (a user's own app, or a canary an earlier run left): overwriting
+        # it, and removing it when this release ends, would undo their work
+        raise CanaryNameTakenError(
+            f"App {canary['name']!r} already runs on the cluster (route {taken.get('route_prefix') or '/'!r}), "
+            f"and it is not this release's canary: a canary release of app {app_name!r} needs that name. Nothing "
+            f"was applied, and raylift will not touch that app. Rename or remove it (raylift_undeploy with "
+            f"app_name {canary['name']!r} if it is a canary an earlier run left), or set the release Param to "
+            "'direct'.")
     others = [a for a in current.get("applications", []) if a.get("name") != canary["name"]]
     replicas = fixed_replicas(serving)
     try:
@@ -159,6 +174,31 @@ def promoted(current: dict[str, Any], plan: CanaryPlan, surge_app: dict[str, Any
     config = copy.deepcopy(current)
     config["applications"] = [a for a in config.get("applications", []) if a.get("name") != plan.canary["name"]]
     return merge_app(config, surge_app, defaults=config)
+
+
+def kept_replicas(candidate: dict[str, Any], planned: dict[str, Any], now: dict[str, Any]
+                  ) -> tuple[dict[str, Any], list[str]]:
+    """``candidate`` with the replica counts someone else set on the serving app while the canary ran (a hand
+    scale-up), and what was kept: a deployment whose ``num_replicas`` or ``autoscaling_config`` in ``now``
+    differs from what this release left it at (``planned``: the serving app as the canary plan ran it) keeps
+    ``now``'s; one nobody changed takes the candidate's own."""
+    out = copy.deepcopy(candidate)
+    before = {d.get("name"): d for d in planned.get("deployments", [])}
+    after = {d.get("name"): d for d in now.get("deployments", [])}
+    kept: list[str] = []
+    for dep in out.get("deployments", []):
+        was, is_now = before.get(dep.get("name")), after.get(dep.get("name"))
+        if was is None or is_now is None:
+            continue
+        if is_now.get("autoscaling_config") != was.get("autoscaling_config") and is_now.get("autoscaling_config"):
+            dep["autoscaling_config"] = copy.deepcopy(is_now["autoscaling_config"])
+            dep.pop("num_replicas", None)
+            kept.append(f"{dep.get('name')}: autoscaling {is_now['autoscaling_config']}")
+        elif is_now.get("num_replicas") != was.get("num_replicas") and "num_replicas" in is_now:
+            dep["num_replicas"] = is_now["num_replicas"]
+            dep.pop("autoscaling_config", None)
+            kept.append(f"{dep.get('name')}: {was.get('num_replicas')} -> {is_now['num_replicas']} replicas")
+    return out, kept
 
 
 def _same_version(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -245,3 +245,41 @@ def test_a_retried_promote_finishes_its_own_write(serve: ServeStandin, tmp_path:
     time.sleep(1.5)
     assert promote("r2", xcoms, out)["promoted"]  # try 2: no conflict with its own write, nothing written again
     assert len(serve.puts) == puts and state(tmp_path).last_good()["run_id"] == "r2"
+
+
+def test_a_users_own_app_named_like_the_canary_is_never_overwritten_nor_removed(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    """Issue 45 item 5: a user's app named ``<app>-canary`` was overwritten by the canary, then deleted."""
+    from raylift.canary import CanaryNameTakenError
+
+    first_release()
+    theirs = copy.deepcopy(serve.app(APP))
+    theirs.update(name=CANARY, route_prefix="/mine")
+    config = copy.deepcopy(serve.config)
+    config["applications"].append(theirs)
+    LocalTarget().apply_serve_config(config)
+    before = json.dumps(serve.config)
+    puts = len(serve.puts)
+    with pytest.raises(CanaryNameTakenError, match="already runs on the cluster .* not this release's canary"):
+        deploy("/store/b", "r2", XComs())
+    assert len(serve.puts) == puts and json.dumps(serve.config) == before  # nothing applied
+    rollback("r2")  # the rollback step after the failed deploy
+    assert json.dumps(serve.app(CANARY)) == json.dumps(theirs) and names(serve) == [APP, CANARY]
+
+
+def test_promote_keeps_a_hand_scale_up_of_the_serving_app_made_during_the_canary(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    """Issue 45 item 5: the serving app scaled by hand (1 -> 3) while the canary was judged was reverted to the
+    release's 1 replica by promote. A replica count is not a version: promote goes on, and keeps the 3."""
+    first_release()
+    xcoms = XComs()
+    out = deploy("/store/b", "r2", xcoms)
+    by_hand = copy.deepcopy(serve.config)
+    next(a for a in by_hand["applications"] if a["name"] == APP)["deployments"][0]["num_replicas"] = 3
+    LocalTarget().apply_serve_config(by_hand)
+    promote("r2", xcoms, out)
+    app = serve.app(APP)
+    assert names(serve) == [APP] and app["args"]["model"] == "/store/b"
+    assert [d["num_replicas"] for d in app["deployments"]] == [3], app["deployments"]

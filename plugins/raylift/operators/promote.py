@@ -53,7 +53,7 @@ class PromoteReleaseOperator(TargetOperator):
         return dict(decision)
 
     def execute(self, context: Any) -> Any:
-        from raylift.canary import CanaryPlan, promoted
+        from raylift.canary import CanaryPlan, kept_replicas, promoted
         from raylift.rollback import rollback_surge
         from raylift.rollout import restarts_replicas, with_native_surge
         from raylift.serve_config import app_by_name
@@ -89,8 +89,13 @@ class PromoteReleaseOperator(TargetOperator):
                 "removes the canary.")
         without = {**current, "applications": [a for a in current["applications"]
                                                 if a.get("name") != plan.canary["name"]]}
-        surge = rollback_surge(target, plan.candidate, without, int(self.surge_replicas))
-        config = promoted(current, plan, with_native_surge(plan.candidate, surge))
+        # a replica count someone else set on the serving app while the canary ran is theirs: kept
+        candidate, kept = kept_replicas(plan.candidate, plan.serving, now)
+        if kept:
+            self.log.warning("promote: app %r was scaled while the canary ran (%s): the candidate keeps it",
+                             name, "; ".join(kept))
+        surge = rollback_surge(target, candidate, without, int(self.surge_replicas))
+        config = promoted(current, plan, with_native_surge(candidate, surge))
         state.begin_apply(run_id, current, config, surge=surge)  # keeps the pre-deploy snapshot: rollback's target
         write_serve_config(target, config, read=current)
         self.log.info("promote: canary %r removed and app %r rolling to the candidate, %s; waiting for RUNNING",
