@@ -22,6 +22,7 @@ from raylift.lease import (
     LeaseError,
     LeaseLostError,
     LeaseManager,
+    StaleWriteError,
     _Record,
     new_holder_id,
 )
@@ -30,6 +31,7 @@ from raylift.store import LocalStore, ObjectStore, open_store
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "_raylift/test-cluster/lease"
 BUCKET = "raylift-lease"
+RECORD = "_raylift/test-cluster/serve_write.json"
 MARK = "lease-test: "  # a child's messages to the test (Airflow's logging writes to stdout too)
 
 
@@ -53,6 +55,18 @@ def worker(spec: dict[str, Any]) -> None:
         return
     manager = LeaseManager(open_store(spec["uri"]), KEY)
     holder = new_holder_id()
+    if spec["mode"] == "fenced":  # checks its fence, is paused before its write (the go file), then writes
+        lease = manager.acquire(holder, ttl_s=spec["ttl_s"], wait_s=30)
+        ticket = manager.prepare_write(lease, RECORD).check()  # the last fencing check before the write
+        tell({"token": lease.token, "holder": holder})
+        _wait_for(go)
+        try:
+            ticket.write(b"stale")
+        except LeaseLostError as exc:
+            tell({"refused": str(exc), "type": type(exc).__name__})
+        else:
+            tell({"refused": None})
+        return
     if spec["mode"] == "hold":
         with manager.hold(holder, ttl_s=spec["ttl_s"], wait_s=30) as lease:
             tell({"token": lease.token, "holder": holder})
@@ -263,6 +277,53 @@ def test_serve_writer_lock_holds_across_raylift_homes(store_uri: str, tmp_path: 
     rows = sections(log)
     assert len(rows) == 4
     assert_one_at_a_time(rows)
+
+
+def test_a_writer_paused_after_its_fence_check_is_refused_by_the_store(store_uri: str, tmp_path: Path) -> None:
+    """Issue 45: holder A checks its fence, then pauses before its write; its lease expires, B takes it over and
+    writes the record; A's write, resumed, is refused by the store itself (S3 If-Match; the directory's compare
+    under its lock), and B's record is what stays."""
+    go = tmp_path / "go"
+    paused = spawn({"mode": "fenced", "uri": store_uri, "ttl_s": 1.0, "go": str(go)}, tmp_path, "a")
+    try:
+        held = message(paused)
+        manager = manager_for(store_uri)
+        mine = manager.acquire(new_holder_id(), ttl_s=60, wait_s=30)  # after A's lease expired
+        assert mine.token == held["token"] + 1
+        manager.fenced_write(mine, RECORD, b"new holder's")
+        go.touch()
+        got = message(paused)
+        assert got["type"] == "StaleWriteError", got
+        assert f"changed since this holder's fencing check, by {mine.holder} (token {mine.token})" in got["refused"]
+        finish([paused], timeout=60)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+    assert open_store(store_uri).read_bytes(RECORD) == b"new holder's"
+    with pytest.raises(LeaseLostError, match="refused the write"):  # an old token against a newer record
+        manager.fenced_write(Lease(held["token"], held["holder"], time.time() + 60), RECORD, b"stale")
+
+
+def test_the_serve_writer_commits_its_fenced_record_before_the_put(tmp_path: Path) -> None:
+    """The Serve PUT (Ray has no conditional PUT) is preceded by the fenced, store-conditional record: a stale
+    holder's ticket is refused and nothing is sent."""
+    from raylift.serve_writer import ServeConfigConflictError, _prepare, _put, cluster_lease, write_record_key
+    from raylift.targets.local import LocalTarget
+
+    target = LocalTarget(model_store=str(tmp_path / "store"))
+    sent: list[dict[str, Any]] = []
+    target.apply_serve_config = sent.append  # type: ignore[method-assign]
+    manager = cluster_lease(target)
+    a = manager.acquire("a", ttl_s=0.5, wait_s=5)
+    ticket = manager.prepare_write(a, write_record_key(target)).check()  # A checked its fence, then paused
+    b = manager.acquire("b", ttl_s=60, wait_s=30)
+    _put(target, _prepare(target, manager, b), {"applications": []})
+    with pytest.raises(StaleWriteError, match="refused the write"):
+        ticket.write(b"stale")
+    with pytest.raises(ServeConfigConflictError, match="no longer holds"):  # through the writer: its own re-check
+        _put(target, ticket, {"applications": [{"name": "stale"}]})
+    assert sent == [{"applications": []}]
+    assert json.loads(target.state_store().read_bytes(write_record_key(target)))["holder"] == "b"
 
 
 # -- one process: the record's rules --------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ change. A lease expires (``ttl_s``) unless its holder renews it, so a holder tha
 holder gets a bigger fencing token, so a holder that was paused past its expiry can tell (``fence``) that
 someone else has taken over before it writes.
 
+The check before a write is not enough on its own: a holder paused between its check and its write would land
+a stale write over the new holder's. So a fenced write (``LeaseManager.fenced_write``, or ``prepare_write`` then
+``FencedWrite.commit``) is also conditional at the store: it remembers the record's version when it checks the
+fence and writes only if that version is still there (S3's ``If-Match``; a compare under an fcntl lock in a
+directory), with its token beside the record; a record a newer holder has written refuses older tokens.
+
 Expiry times are wall-clock seconds written by the holder and read by the others: hosts' clocks must agree to
 well within the TTL (NTP does that).
 """
@@ -31,7 +37,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random
 
 from raylift.errors import RayliftError
-from raylift.store import TMP_MARK, LocalStore, ObjectStore, S3Store, safe_key
+from raylift.store import TMP_MARK, LocalStore, ObjectStore, S3Store, Version, safe_key
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,11 @@ class LeaseBusyError(LeaseError):
 
 class LeaseLostError(LeaseError):
     """The lease this caller held has expired or been taken over: it must not write."""
+
+
+class StaleWriteError(LeaseLostError):
+    """The store itself refused a fenced write: a newer lease holder wrote the record since this holder's fence
+    check (the message names it). Nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +235,7 @@ class LeaseManager:
 
     def __init__(self, store: ObjectStore, key: str) -> None:
         self._slot = _slot_for(store, key)
+        self.store = store
         self.where = self._slot.where
 
     def current(self) -> Lease | None:
@@ -306,6 +318,19 @@ class LeaseManager:
         """The fencing check a writer runs right before its write: LeaseLostError (naming why) if not current."""
         self._mine(lease, margin_s=margin_s)
 
+    def prepare_write(self, lease: Lease, key: str, *, margin_s: float = 0.0) -> FencedWrite:
+        """The first half of a fenced write of ``key`` (in this lease's store): the record's version now, and the
+        fencing check. StaleWriteError if a newer holder already wrote it; LeaseLostError if ``lease`` is lost."""
+        expected = self.store.version(key)
+        if expected.fence > lease.token:
+            raise StaleWriteError(_refused(self.store, key, lease, expected))
+        self.fence(lease, margin_s=margin_s)
+        return FencedWrite(self, key, lease, expected, margin_s)
+
+    def fenced_write(self, lease: Lease, key: str, data: bytes, *, margin_s: float = 0.0) -> None:
+        """Write ``data`` at ``key`` as ``lease``'s holder: fence-checked, then conditional at the store."""
+        self.prepare_write(lease, key, margin_s=margin_s).commit(data)
+
     @contextmanager
     def keep(self, lease: Lease, ttl_s: float, *, release: bool = True) -> Iterator[Lease]:
         """Hold an acquired lease for the block: renewed every ``ttl_s / 3`` in a thread, released at the end
@@ -344,4 +369,43 @@ class LeaseManager:
             yield lease
 
 
-__all__ = ["Lease", "LeaseBusyError", "LeaseError", "LeaseLostError", "LeaseManager", "new_holder_id"]
+@dataclass(frozen=True)
+class FencedWrite:
+    """A write whose fence was checked (``LeaseManager.prepare_write``). ``commit`` checks the fence once more and
+    lands the write only if the record is still the version seen at the first check: a holder paused after its
+    last check is refused by the store itself, once the new holder has written the record."""
+
+    manager: LeaseManager
+    key: str
+    lease: Lease
+    expected: Version
+    margin_s: float = 0.0
+
+    def check(self) -> FencedWrite:
+        """The fencing check right before the write (LeaseLostError if the lease moved on)."""
+        self.manager.fence(self.lease, margin_s=self.margin_s)
+        return self
+
+    def write(self, data: bytes) -> None:
+        """The conditional write alone: StaleWriteError (nothing written) if the record changed since."""
+        store = self.manager.store
+        if not store.write_if(self.key, data, expected=self.expected, fence=self.lease.token,
+                              holder=self.lease.holder):
+            raise StaleWriteError(_refused(store, self.key, self.lease, store.version(self.key)))
+
+    def commit(self, data: bytes) -> None:
+        """``check`` then ``write``."""
+        self.check().write(data)
+
+
+def _refused(store: ObjectStore, key: str, lease: Lease, now: Version) -> str:
+    by = f"{now.holder or 'a writer with no lease'} (token {now.fence})" if now.tag else "a delete"
+    return (
+        f"The store refused the write of {store.child_uri(key)} by {lease.holder} (token {lease.token}): it was "
+        f"changed since this holder's fencing check, by {by}. The lease has moved on, so nothing was written; "
+        "the newer holder's record is kept. Run this step again."
+    )
+
+
+__all__ = ["FencedWrite", "Lease", "LeaseBusyError", "LeaseError", "LeaseLostError", "LeaseManager", "StaleWriteError",
+           "new_holder_id"]

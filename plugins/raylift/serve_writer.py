@@ -8,17 +8,24 @@ so it holds across Airflow workers on different hosts) around a final read, a co
 step read and merged into (sha256 of the whole config), a fencing check (the lease is still this step's)
 and the PUT. A change by anyone else since (another app's deploy, a hand ``serve deploy``) refuses the
 write, naming what changed; nothing is reverted silently.
+
+Ray's Serve REST API has no conditional PUT, so the fence is also checked where it can be made conditional: right
+before each PUT the writer records it in the state store (``_raylift/<cluster key>/serve_write.json``: token,
+holder, config hash) by a fenced write (``LeaseManager.fenced_write``: the record's version is read at the fencing
+check and the write lands only if it is unchanged). A writer paused after its fencing check, whose lease a new
+holder took and wrote under meanwhile, is refused by the store and sends nothing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from raylift.errors import DeployError
-from raylift.lease import Lease, LeaseBusyError, LeaseLostError, LeaseManager, new_holder_id
+from raylift.lease import FencedWrite, Lease, LeaseBusyError, LeaseLostError, LeaseManager, new_holder_id
 from raylift.serve_config import config_hash
 from raylift.targets.base import Target
 
@@ -81,10 +88,39 @@ def _fence(manager: LeaseManager, lease: Lease) -> None:
     try:
         manager.fence(lease, margin_s=FENCE_MARGIN_S)
     except LeaseLostError as exc:
-        raise ServeConfigConflictError(
-            f"This step no longer holds the cluster's writer lease ({exc}); another writer may have taken "
-            "over, so nothing was applied. Run this step again."
-        ) from None
+        raise _lost(exc) from None
+
+
+def _lost(exc: LeaseLostError) -> ServeConfigConflictError:
+    return ServeConfigConflictError(
+        f"This step no longer holds the cluster's writer lease ({exc}); another writer may have taken "
+        "over, so nothing was applied. Run this step again."
+    )
+
+
+def write_record_key(target: Target) -> str:
+    """The state-store record every fenced Serve-config write of this cluster updates before its PUT."""
+    return f"_raylift/{target.cluster_key()}/serve_write.json"
+
+
+def _prepare(target: Target, manager: LeaseManager, lease: Lease) -> FencedWrite:
+    try:
+        return manager.prepare_write(lease, write_record_key(target), margin_s=FENCE_MARGIN_S)
+    except LeaseLostError as exc:
+        raise _lost(exc) from None
+
+
+def _put(target: Target, ticket: FencedWrite, config: dict[str, Any]) -> None:
+    """Commit the fenced write record (conditional at the store), then PUT: a stale holder sends nothing."""
+    from datetime import UTC, datetime
+
+    record = {"token": ticket.lease.token, "holder": ticket.lease.holder, "config_hash": config_hash(config),
+              "at": datetime.now(UTC).isoformat()}
+    try:
+        ticket.commit(json.dumps(record, sort_keys=True).encode())
+    except LeaseLostError as exc:
+        raise _lost(exc) from None
+    target.apply_serve_config(config)
 
 
 def write_serve_config(
@@ -93,14 +129,14 @@ def write_serve_config(
     """PUT ``config``, which the caller built from ``read``, unless the cluster's config changed since (or
     the writer lease was lost). ``lease``: one the caller already holds (see ``cluster_lock``)."""
     with _held(target, LOCK_WAIT_S, lease) as (manager, held):
+        ticket = _prepare(target, manager, held)
         now = target.current_serve_config()
         if config_hash(now) != config_hash(read):
             raise ServeConfigConflictError(
                 f"The cluster's Serve config changed since this step read it ({describe_change(read, now)}); "
                 "nothing was applied, so that change is kept. Run this step again to build on it."
             )
-        _fence(manager, held)
-        target.apply_serve_config(config)
+        _put(target, ticket, config)
 
 
 def update_serve_config(
@@ -108,7 +144,7 @@ def update_serve_config(
 ) -> dict[str, Any]:
     """Under the cluster's lease: read the config, apply ``change(current)``; returns what was applied."""
     with _held(target, LOCK_WAIT_S, lease) as (manager, held):
+        ticket = _prepare(target, manager, held)
         config = change(target.current_serve_config())
-        _fence(manager, held)
-        target.apply_serve_config(config)
+        _put(target, ticket, config)
         return config
