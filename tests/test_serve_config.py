@@ -182,3 +182,17 @@ def test_replicas_under_autoscaling_are_the_floor_never_dropped() -> None:
     assert apply_autoscaling(fixed, {"min_replicas": 1})["deployments"][0]["autoscaling_config"]["min_replicas"] == 1
     with pytest.raises(RayliftValueError, match=r"at most 2 \(max_replicas\)"):
         apply_autoscaling(fixed, {"max_replicas": 2})
+
+
+@pytest.mark.parametrize(("given", "served"), [("/foo/", "/foo"), ("//", "/"), ("/a//b/", "/a/b"), ("/", "/"),
+                                               ("/team-a/llm_1.0", "/team-a/llm_1.0")])
+def test_a_route_prefix_is_normalised_as_serve_routes_it(given: str, served: str) -> None:
+    """Issue 45 item 5: '/foo/' and '//' were written as given (Serve refuses a trailing '/')."""
+    assert rendered(ROOT / "serve_apps/configs/translator-cpu.yaml", route_prefix=given)["route_prefix"] == served
+
+
+@pytest.mark.parametrize(("given", "why"), [("foo", "must start with '/'"), ("/a/{x}", "holds '{}'"),
+                                            ("/a/../b", "'.' or '..' segment")])
+def test_a_route_prefix_serve_cannot_route_is_refused_naming_why(given: str, why: str) -> None:
+    with pytest.raises(RayliftValueError, match=f"route_prefix {given!r} .*{__import__('re').escape(why)}"):
+        rendered(ROOT / "serve_apps/configs/translator-cpu.yaml", route_prefix=given)

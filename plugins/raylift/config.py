@@ -351,3 +351,61 @@ def redeploy_clusters() -> list[str | None]:
             f'{name}=\'["dev", "prod"]\' (null in the list: the connection-less target; unset: [null]).'
         )
     return list(dict.fromkeys(v.strip() if isinstance(v, str) else None for v in value))
+
+
+# The benchmark's concurrency levels (the concurrency Param): each level is a full round of requests, so 10,000
+# of them would hold the cluster's lease for days; 16 levels up to 256 streams cover a sweep of 1..256 by x1.5.
+MAX_CONCURRENCY_LEVELS = 16
+MAX_CONCURRENCY = 256
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def concurrency_levels(raw: object) -> list[int]:
+    """The concurrency levels of a Param or its rendered text ("1,4" or "[1, 4]"): at most
+    MAX_CONCURRENCY_LEVELS distinct integers in 1..MAX_CONCURRENCY.
+
+    :raises RayliftValueError: naming the value and the bounds."""
+    from raylift.errors import RayliftValueError
+
+    if isinstance(raw, str):
+        text = raw.strip()
+        items: list[object] = json.loads(text) if text.startswith("[") else [c for c in text.split(",") if c.strip()]
+    elif isinstance(raw, list | tuple):
+        items = list(raw)
+    else:
+        items = [raw]
+    bounds = (f"give 1 to {MAX_CONCURRENCY_LEVELS} distinct whole numbers from 1 to {MAX_CONCURRENCY}, "
+              "e.g. [1, 4]")
+    levels: list[int] = []
+    for item in items:
+        try:
+            level = int(str(item).strip()) if not isinstance(item, bool) else None
+        except ValueError:
+            level = None
+        if level is None or not 1 <= level <= MAX_CONCURRENCY:
+            raise RayliftValueError(f"concurrency level {item!r} is not a whole number from 1 to {MAX_CONCURRENCY}: "
+                                    f"{bounds}")
+        levels.append(level)
+    if not levels or len(levels) > MAX_CONCURRENCY_LEVELS or len(set(levels)) != len(levels):
+        raise RayliftValueError(f"concurrency has {len(levels)} level(s){' with repeats' if len(set(levels)) != len(levels) else ''}: "
+                                f"{bounds}")
+    return levels
+
+
+def strict_flag(value: object, name: str, default: bool) -> bool:
+    """A boolean Param or conf value, strictly: a bool, or its text when templates render to strings ("true",
+    "false", "yes", "no", "on", "off", "1", "0", any case); None or "" is ``default``. Anything else ("maybe")
+    is refused, never read as false.
+
+    :raises RayliftValueError: naming ``name`` and the value."""
+    from raylift.errors import RayliftValueError
+
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise RayliftValueError(f"{name} must be true or false, got {value!r}")

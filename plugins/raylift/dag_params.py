@@ -18,6 +18,8 @@ from raylift.config import (
     DEFAULT_REGRESSION_STRICT,
     DEFAULT_REQUESTS_PER_LEVEL,
     MAX_BENCHMARK_LEVEL_TIMEOUT_S,
+    MAX_CONCURRENCY,
+    MAX_CONCURRENCY_LEVELS,
     REGRESSION_MIN_REQUESTS,
     ROLLOUT_SURGE_REPLICAS,
     local_settings,
@@ -98,7 +100,8 @@ def deploy_params() -> dict[str, Param]:
         ),
         "route_prefix": param(
             None, type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",
-            description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own",
+            description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own. "
+            "Normalised: /foo/ is /foo, // is /",
         ),
         "replicas": param(1, type="integer", minimum=1, maximum=64,
                           description="Serve replicas of the model (Ray Serve needs at least 1; raylift_undeploy removes an app)"),
@@ -140,8 +143,10 @@ def deploy_params() -> dict[str, Param]:
             "smoke", type="string", enum=["smoke", "short", "llmperf-inf2"], description="Request size profile"
         ),
         "concurrency": param(
-            [1, 4], type="array", items={"type": "integer", "minimum": 1, "maximum": 256}, minItems=1,
-            description="Concurrency levels to measure",
+            [1, 4], type="array", items={"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}, minItems=1,
+            maxItems=MAX_CONCURRENCY_LEVELS, uniqueItems=True,
+            description=f"Concurrency levels to measure (1 to {MAX_CONCURRENCY_LEVELS} distinct levels, each 1 to "
+            f"{MAX_CONCURRENCY})",
         ),
         "requests_per_level": param(DEFAULT_REQUESTS_PER_LEVEL, type="integer", minimum=1, maximum=2000, description="Requests per level"),
         "max_seconds_per_level": param(

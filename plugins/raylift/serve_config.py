@@ -28,6 +28,29 @@ def load_config(path: Path) -> dict[str, Any]:
     return data
 
 
+ROUTE_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/")
+
+
+def normalised_route_prefix(prefix: str) -> str:
+    """``prefix`` as Serve takes it: one leading ``/``, no trailing ``/`` (``/foo/`` -> ``/foo``), no empty
+    segment (``//`` -> ``/``, ``/a//b`` -> ``/a/b``). Serve itself refuses a trailing ``/``.
+
+    :raises RayliftValueError: a prefix that does not start with ``/``, or holds other characters than
+        letters, digits, ``.``, ``_``, ``-`` and ``/`` (Serve refuses wildcards), or a ``.``/``..`` segment."""
+    text = str(prefix)
+    bad = sorted(set(text) - ROUTE_PREFIX_CHARS)
+    if not text.startswith("/") or bad:
+        why = "it must start with '/'" if not text.startswith("/") else f"it holds {''.join(bad)!r}"
+        raise RayliftValueError(
+            f"route_prefix {prefix!r} is not a path Serve can route: {why}. Give e.g. '/llm' or '/team-a/llm' "
+            "(letters, digits, '.', '_', '-' between single '/'; null keeps the config's)")
+    segments = [s for s in text.split("/") if s]
+    if any(s in (".", "..") for s in segments):
+        raise RayliftValueError(f"route_prefix {prefix!r} holds a '.' or '..' segment: give a plain path such as "
+                                "'/llm'")
+    return "/" + "/".join(segments)
+
+
 @dataclass(frozen=True)
 class AppKind:
     """What raylift needs to know about a Serve app in serve_apps/, keyed by its import path's package.
@@ -128,7 +151,7 @@ def render_app(
     template = copy.deepcopy(base["applications"][0])
     template["name"] = app_name
     if route_prefix:
-        template["route_prefix"] = route_prefix
+        template["route_prefix"] = normalised_route_prefix(route_prefix)
     runtime_env = template.setdefault("runtime_env", {})
     runtime_env["working_dir"] = working_dir
     if env_vars:

@@ -139,3 +139,32 @@ def test_deploy_without_a_cluster_says_to_scale_first(local_home: Path) -> None:
 
 # What vLLM itself refuses in engine_args (an unknown field named, max_model_len over the model's limit) and what it
 # accepts: tests/serve_apps/test_engine_args_check.py (each a vLLM import in the runtime env, ~20 s beside the suite).
+
+
+@pytest.mark.parametrize("levels", [list(range(1, 10_001)), [1, 4, 4], [0], [1, 300]])
+def test_unbounded_or_repeated_concurrency_levels_are_refused_by_the_form_and_the_benchmark(levels: list) -> None:
+    """Issue 45 item 5: 10,000 concurrency levels were accepted (days of benchmark under the cluster's lease)."""
+    from raylift.operators.benchmark import BenchmarkOperator
+
+    with pytest.raises(Exception, match="concurrency"):
+        validate({"concurrency": levels})
+    op = BenchmarkOperator(task_id="benchmark", target="local", served_name="m", concurrency=levels)
+    with pytest.raises(RayliftValueError, match=r"concurrency.*give 1 to 16 distinct whole numbers from 1 to 256"):
+        op._levels()
+    op.concurrency = ",".join(map(str, levels))  # as a template renders it
+    with pytest.raises(RayliftValueError, match="give 1 to 16 distinct"):
+        op._levels()
+
+
+@pytest.mark.parametrize("value", ["maybe", "tru", 2, "null"])
+def test_a_boolean_that_is_neither_true_nor_false_is_refused_not_read_as_false(value: object) -> None:
+    """Issue 45 item 5: regression_strict 'maybe' was read as false (the gate went on, judging leniently)."""
+    from raylift.operators.gate import ReleaseGateOperator
+
+    op = ReleaseGateOperator(task_id="gate", target="local", app_name="llm", regression_strict=value)
+    with pytest.raises(RayliftValueError, match=f"regression_strict must be true or false, got {value!r}"):
+        op.evidence({"run_id": "manual__1", "ti": None, "params": {}})
+    from raylift.config import strict_flag
+
+    assert [strict_flag(v, "x", False) for v in (True, "true", " FALSE ", "1", 0, None, "")] == [
+        True, True, False, True, False, False, False]

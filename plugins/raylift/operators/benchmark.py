@@ -89,9 +89,9 @@ class BenchmarkOperator(TargetOperator):
         self.slos = slos or {}
 
     def _levels(self) -> list[int]:
-        raw = self.concurrency
-        items = raw.split(",") if isinstance(raw, str) else list(raw)
-        return [int(c) for c in items]
+        from raylift.config import concurrency_levels
+
+        return concurrency_levels(self.concurrency)
 
     def _cost(self, result: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
         """What the cluster the target runs costs per hour, and per 10⁶ output tokens at each level. Never
@@ -234,12 +234,11 @@ def _number(value: Any, default: float) -> float:
 
 
 def _flag(value: Any, default: bool) -> bool:
-    """A rendered Param: a bool, or its text ("true"/"false") when templates render to strings."""
-    if value in (None, ""):
-        return default
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
+    """A rendered Param: a bool, or its text ("true"/"false") when templates render to strings; anything else
+    is refused (``raylift.config.strict_flag``)."""
+    from raylift.config import strict_flag
+
+    return strict_flag(value, "a boolean Param", default)
 
 
 def _without_samples(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:

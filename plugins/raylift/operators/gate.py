@@ -81,8 +81,9 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     def evidence(self, context: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None, list[Any], bool]:
         """(the ReleaseEvidence, the candidate's results, the baseline's, the gate violations, unchanged)."""
         from raylift.bench.gates import assess, merged_slos
+        from raylift.config import strict_flag
         from raylift.deploy_state import run_key
-        from raylift.operators.benchmark import _flag, _number, same_app_config
+        from raylift.operators.benchmark import _number, same_app_config
         from raylift.release import ON_INCONCLUSIVE, ReleaseEvidence
 
         baseline_choice = self.regression_baseline or "last_good"
@@ -91,7 +92,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
                 f"regression_baseline {baseline_choice!r} is not one of {list(REGRESSION_BASELINES)}: 'last_good' "
                 "judges this release against the anchor, 'none' starts a new anchor")
         on_inconclusive = str(self.on_inconclusive or "hold")
-        if _flag(self.regression_strict, False):
+        if strict_flag(self.regression_strict, "regression_strict", False):
             on_inconclusive = "fail"
         if on_inconclusive not in ON_INCONCLUSIVE:
             raise RayliftValueError(f"on_inconclusive {on_inconclusive!r} is not one of {list(ON_INCONCLUSIVE)}")
