@@ -239,7 +239,9 @@ def deploy_params() -> dict[str, Param]:
         "regression_baseline": param(
             "last_good", type="string", enum=["last_good", "none"],
             description="last_good: judge against the anchor (direct) and chain changes since it (canary). none: "
-            "start a new anchor (after the cluster or machine changed under an unchanged app; SLOs still apply)",
+            "start a new anchor (after the cluster or machine changed under an unchanged app; SLOs still apply, and "
+            "the release record names who asked). The only way: another served name, benchmark profile or set of "
+            "levels starts no new anchor by itself",
         ),
     }
     return params
