@@ -41,6 +41,39 @@ def what_this_run_replaced(
     return None, {}, "nothing recorded"
 
 
+def keep_hand_scaling(app: dict[str, Any], ours: dict[str, Any] | None, now: dict[str, Any] | None
+                      ) -> tuple[dict[str, Any], list[str]]:
+    """``app`` (what a rollback puts back) with the replica counts someone else set since this release left the
+    app at ``ours`` (a hand scale-up in Serve's live config, ``now``): a deployment whose ``num_replicas`` or
+    ``autoscaling_config`` differs between ``ours`` and ``now`` keeps ``now``'s; the release's own fields (code,
+    model, args) are still put back. Returns it and what was kept."""
+    import copy
+
+    out = copy.deepcopy(app)
+    if ours is None or now is None:
+        return out, []
+    was = {d.get("name"): d for d in ours.get("deployments", [])}
+    is_now = {d.get("name"): d for d in now.get("deployments", [])}
+    kept: list[str] = []
+    for dep in out.get("deployments", []):
+        a, b = was.get(dep.get("name")), is_now.get(dep.get("name"))
+        if a is None or b is None:
+            continue
+        if b.get("autoscaling_config") and b.get("autoscaling_config") != a.get("autoscaling_config"):
+            dep["autoscaling_config"] = copy.deepcopy(b["autoscaling_config"])
+            dep.pop("num_replicas", None)
+            kept.append(f"{dep.get('name')}: autoscaling {b['autoscaling_config']}")
+        elif "num_replicas" in b and b.get("num_replicas") != a.get("num_replicas"):
+            dep["num_replicas"] = b["num_replicas"]
+            dep.pop("autoscaling_config", None)
+            kept.append(f"{dep.get('name')}: {b['num_replicas']} replicas")
+    return out, kept
+
+
+def _kept_note(kept: list[str]) -> str:
+    return f" (kept the replica counts set since by someone else: {', '.join(kept)})" if kept else ""
+
+
 def check_still_ours(state: DeploymentState, run_id: str, app_name: str, current: dict[str, Any]) -> None:
     """Raise RollbackConflictError, naming the change, unless ``app_name`` still runs what this run wrote."""
     from raylift.rollout import restarts_replicas
@@ -102,9 +135,12 @@ def restore_app(
     current = target.current_serve_config()
     check_still_ours(state, run_id, app_name, current)
     app, saved, source = what_this_run_replaced(state, run_id, app_name)
+    kept: list[str] = []
     if app is not None:
+        applied_config = (state.applied(run_id) or {}).get("config") or {}
+        app, kept = keep_hand_scaling(app, app_by_name(applied_config, app_name), app_by_name(current, app_name))
         restored = merge_app(current, app, defaults=saved)
-        action = f"restored app {app_name!r} from the {source}"
+        action = f"restored app {app_name!r} from the {source}{_kept_note(kept)}"
     else:
         restored = dict(current)
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
@@ -209,6 +245,13 @@ def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: 
         plan = CanaryPlan.from_dict(raw)
         current = target.current_serve_config()
         cleaned = without_canary(current, plan)
+        serving_now = app_by_name(current, app_name)
+        if plan.lent and serving_now is not None and app_by_name(cleaned, app_name) != serving_now:
+            # the lent replica goes back, but a count someone set by hand since the canary began is theirs
+            back, kept = keep_hand_scaling(app_by_name(cleaned, app_name) or {}, plan.serving, serving_now)
+            if kept:
+                cleaned = merge_app(cleaned, back, defaults=cleaned)
+                done.append(f"kept app {app_name!r}'s replica counts set during the canary ({', '.join(kept)})")
         if cleaned != current:
             write_serve_config(target, cleaned, read=current)
             gave_back = plan.lent and app_by_name(cleaned, app_name) != app_by_name(current, app_name)

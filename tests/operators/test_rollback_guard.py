@@ -301,3 +301,39 @@ def test_a_roomy_cluster_rolls_back_with_the_runs_surge(serve: ServeStandin, tmp
     outcome = roll_back_after_failure(LocalTarget(), state(tmp_path), "r1", APP)
     assert "stop-before-start" not in outcome, outcome
     assert serve.app(APP)["deployments"][0]["max_surge_percent"] > 0
+
+
+def test_a_hand_scale_up_during_a_direct_release_survives_its_rollback(serve: ServeStandin, tmp_path: Path) -> None:
+    """Issue 45 item 5: rollback restores the app's release fields (model, args, code), not its replica count: a
+    hand scale-up of the app (num_replicas in Serve's live config) since this run wrote it is kept."""
+    from raylift.targets.local import LocalTarget
+
+    LocalTarget().apply_serve_config(whole(app_config("/store/a", replicas=2)))
+    state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
+    apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b", replicas=2)))
+    LocalTarget().apply_serve_config(whole(app_config("/store/b", replicas=4)))  # someone scaled it up by hand
+    action = guard().execute({"run_id": "r1"})
+    assert "restored app 'translator'" in action, action
+    assert serve.app(APP)["args"]["model"] == "/store/a"
+    assert [d["num_replicas"] for d in serve.app(APP)["deployments"]] == [4]
+
+
+def test_a_hand_scale_up_of_the_serving_app_during_a_canary_survives_its_rollback(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    """The canary borrowed one of the serving app's 3 replicas (2 while it ran); someone scaled the serving app to 5
+    by hand meanwhile. The rollback removes the canary and keeps the 5 (it gives a lent replica back only to an app
+    still at the lent count)."""
+    from raylift.canary import CanaryPlan
+    from raylift.targets.local import LocalTarget
+
+    before, lent = app_config("/store/a", replicas=3), app_config("/store/a", replicas=2)
+    canary = {**app_config("/store/b"), "name": f"{APP}-canary", "route_prefix": f"/_canary/{APP}"}
+    plan = CanaryPlan(APP, app_config("/store/b", replicas=3), canary, lent, before, 1, 2)
+    state(tmp_path).save_canary("r1", plan.as_dict())
+    scaled = app_config("/store/a", replicas=5)
+    LocalTarget().apply_serve_config({"proxy_location": "HeadOnly", "applications": [scaled, canary]})
+    action = guard().execute({"run_id": "r1"})
+    assert f"removed the canary app '{APP}-canary'" in action, action
+    assert [a["name"] for a in serve.config["applications"]] == [APP]
+    assert [d["num_replicas"] for d in serve.app(APP)["deployments"]] == [5]
