@@ -7,7 +7,8 @@ config is recorded good, which ``raylift.rollback.restore_unproven`` acts on wha
 ``_raylift/<cluster>/<app>/last_good.json``, ``_raylift/<cluster>/<app>/pre_deploy/<run>.json``,
 ``_raylift/<cluster>/<app>/applied/<run>.json``, ``_raylift/<cluster>/<app>/canary/<run>.json`` (a canary
 release's plan: what it runs beside the app and what it lent), ``_raylift/<cluster>/<app>/anchor.json`` (the
-last release that passed, and the changes of the releases promoted since), ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
+last release that passed, and the changes of the releases promoted since), ``_raylift/<cluster>/<app>/hold/<run>.json`` (a
+rollback that could not take the cluster's lease back: what it left up and what to run), ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
 identity, or the target kind without a connection).
 """
 
@@ -102,3 +103,18 @@ class DeploymentState:
             {"run_id": run_id, "links": list(links), "benchmark": benchmark,
              "recorded_at": datetime.now(UTC).isoformat()},
         )
+
+    def _hold_key(self, run_id: str) -> str:
+        return f"{self.prefix}/hold/{_RUN_SAFE.sub('_', run_id)}.json"
+
+    def save_hold(self, run_id: str, hold: dict[str, Any]) -> None:
+        """A rollback that could not write (another run holds the cluster's lease): ``{"run_id", "holder", "app",
+        "left_up", "to_run", "message", "at"}``, visible to whoever looks at the cluster's state."""
+        self.store.write_json(self._hold_key(run_id), {**hold, "at": datetime.now(UTC).isoformat()})
+
+    def hold(self, run_id: str) -> dict[str, Any] | None:
+        return self.store.read_json(self._hold_key(run_id))
+
+    def clear_hold(self, run_id: str) -> None:
+        if self.store.exists(self._hold_key(run_id)):
+            self.store.delete(self._hold_key(run_id))

@@ -103,3 +103,43 @@ def test_a_run_that_never_took_the_lease_is_told_so_not_failed(clusters: dict[st
                                      holds_release_lease=True)
     guard.pre_execute(context("run-a", None))  # acquire_cluster_lease timed out: nothing of this run was written
     assert guard.target_impl.held_lease is None
+
+
+def test_a_rollback_after_a_lost_lease_takes_it_again_when_it_is_free(clusters: dict[str, Path]) -> None:
+    """Issue 45 item 4: the release's lease expired (a worker lost past the TTL) and nobody took it: the rollback,
+    being the same run, takes it again and undoes the release, saying the lease was lost."""
+    from raylift.operators.guard import RollbackUnprovenOperator
+
+    held = acquire("dev", "run-a").xcom_value
+    ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
+    guard = RollbackUnprovenOperator(task_id="rollback", app_name="llm", cluster_conn_id="dev",
+                                     holds_release_lease=True)
+    guard.pre_execute(context("run-a", held))
+    lease = guard.target_impl.held_lease
+    assert lease is not None and lease.holder == "raylift_deploy/run-a" and lease.token > held["token"]
+    assert guard.lease_note and "lost its writer lease" in guard.lease_note
+    guard.post_execute(context("run-a", held))
+    assert acquire("dev", "run-b") is False  # the run holds it until release_cluster_lease
+
+
+def test_a_rollback_whose_lease_another_run_holds_leaves_a_named_hold(clusters: dict[str, Path]) -> None:
+    """Another run took the lease: the rollback cannot write, so it leaves a hold record in the state store (who,
+    which app, what is left up, what to run) and fails with the same message."""
+    from raylift.deploy_state import DeploymentState
+    from raylift.operators.guard import RollbackHeldError, RollbackUnprovenOperator
+    from raylift.store import LocalStore
+
+    held = acquire("dev", "run-a").xcom_value
+    guard = RollbackUnprovenOperator(task_id="rollback", app_name="llm", cluster_conn_id="dev",
+                                     holds_release_lease=True)
+    key = guard.target_impl.cluster_key()
+    state = DeploymentState(LocalStore(clusters["dev"]), key, "llm")
+    state.save_canary("run-a", {"canary": {"name": "llm-canary"}})
+    ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
+    acquire("dev", "run-b")
+    with pytest.raises(RollbackHeldError, match="held by raylift_deploy/run-b") as err:
+        guard.pre_execute(context("run-a", held))
+    hold = state.hold("run-a")
+    assert hold is not None and hold["holder"] == "raylift_deploy/run-b" and hold["app"] == "llm"
+    assert "llm-canary" in " ".join(hold["left_up"]) and "clearTaskInstances" in hold["to_run"]
+    assert hold["message"] == str(err.value)
