@@ -3,12 +3,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
-bash tools/setup.sh all || exit 1
-bash tools/setup.sh llamacpp || exit 1  # the llama.cpp app's tests need it
 # The KubeRay CRDs the manifest tests validate against: found, or fetched (pinned, checksummed); else one message
-# naming RAYLIFT_KUBERAY_CRDS and a stop here, never ~50 failures one by one
+# naming RAYLIFT_KUBERAY_CRDS and a stop here (before the minutes of setup), never ~50 failures one by one
 RAYLIFT_KUBERAY_CRDS=$(bash tools/kuberay_crds.sh) || exit 1
 export RAYLIFT_KUBERAY_CRDS
+bash tools/setup.sh all || exit 1
+bash tools/setup.sh llamacpp || exit 1  # the llama.cpp app's tests need it
 "$RUNTIME_VENV/bin/python" tools/make_tiny_model.py "$RAYLIFT_CACHE/tiny-llama" >/dev/null || exit 1
 export RAYLIFT_TINY_MODEL=$RAYLIFT_CACHE/tiny-llama
 export PATH=$CONTROL_VENV/bin:$PATH
