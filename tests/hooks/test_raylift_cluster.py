@@ -172,6 +172,7 @@ def test_cluster_identity_keys_release_state(tmp_path: Any, monkeypatch: pytest.
     [
         ({"kind": "kubernetes"}, r"kind 'kubernetes': set its extra 'kind' to one of"),
         ({"kind": "ray", "redeploy": 3}, r"extra 'redeploy' must be true or false"),
+        ({"kind": "ray", "redeploy": "maybe"}, r"extra 'redeploy' must be true or false \(got 'maybe'\)"),
     ],
 )
 def test_a_bad_connection_is_refused_naming_the_field(

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from airflow.sdk.bases.hook import BaseHook
 
+from raylift.config import strict_flag
 from raylift.errors import CredentialsError, RayliftValueError
 from raylift.secrets import SECRET_NAME, clean_field, mask
 
@@ -170,10 +171,12 @@ def parse_connection(conn_id: str, conn: Any) -> ClusterConnection:
             f"Airflow connection {conn_id!r} has kind {kind!r}: set its extra 'kind' to one of {list(KINDS)}."
         )
     redeploy = extras.pop("redeploy", False)
-    if isinstance(redeploy, str):
-        redeploy = redeploy.strip().lower() in ("1", "true", "yes", "on")
-    if not isinstance(redeploy, bool):
-        raise ClusterConnectionError(f"Airflow connection {conn_id!r}: extra 'redeploy' must be true or false.")
+    try:  # strictly: "maybe" is refused, never read as false
+        redeploy = strict_flag(redeploy, f"Airflow connection {conn_id!r}: extra 'redeploy'", False)
+    except RayliftValueError:
+        raise ClusterConnectionError(
+            f"Airflow connection {conn_id!r}: extra 'redeploy' must be true or false (got {redeploy!r})."
+        ) from None
     check_store_uri(extras.get("model_store"), where=f"{where}: its extra ")
     return ClusterConnection(conn_id=conn_id, kind=str(kind), options=extras, redeploy=redeploy, token=token)
 
