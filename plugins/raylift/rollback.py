@@ -44,30 +44,15 @@ def what_this_run_replaced(
 def keep_hand_scaling(app: dict[str, Any], ours: dict[str, Any] | None, now: dict[str, Any] | None
                       ) -> tuple[dict[str, Any], list[str]]:
     """``app`` (what a rollback puts back) with the replica counts someone else set since this release left the
-    app at ``ours`` (a hand scale-up in Serve's live config, ``now``): a deployment whose ``num_replicas`` or
-    ``autoscaling_config`` differs between ``ours`` and ``now`` keeps ``now``'s; the release's own fields (code,
-    model, args) are still put back. Returns it and what was kept."""
+    app at ``ours`` (a hand scale-up in Serve's live config, ``now``): the release's own fields (code, model, args)
+    are still put back. The rule is promote's (``raylift.canary.kept_replicas``); nothing to compare: ``app``."""
     import copy
 
-    out = copy.deepcopy(app)
+    from raylift.canary import kept_replicas
+
     if ours is None or now is None:
-        return out, []
-    was = {d.get("name"): d for d in ours.get("deployments", [])}
-    is_now = {d.get("name"): d for d in now.get("deployments", [])}
-    kept: list[str] = []
-    for dep in out.get("deployments", []):
-        a, b = was.get(dep.get("name")), is_now.get(dep.get("name"))
-        if a is None or b is None:
-            continue
-        if b.get("autoscaling_config") and b.get("autoscaling_config") != a.get("autoscaling_config"):
-            dep["autoscaling_config"] = copy.deepcopy(b["autoscaling_config"])
-            dep.pop("num_replicas", None)
-            kept.append(f"{dep.get('name')}: autoscaling {b['autoscaling_config']}")
-        elif "num_replicas" in b and b.get("num_replicas") != a.get("num_replicas"):
-            dep["num_replicas"] = b["num_replicas"]
-            dep.pop("autoscaling_config", None)
-            kept.append(f"{dep.get('name')}: {b['num_replicas']} replicas")
-    return out, kept
+        return copy.deepcopy(app), []
+    return kept_replicas(app, ours, now)
 
 
 def _kept_note(kept: list[str]) -> str:
