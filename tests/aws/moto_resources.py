@@ -92,3 +92,21 @@ def tool_target_options(outputs: dict[str, Any], **tool_args: Any) -> tuple[dict
             extra = json.loads(words[words.index("--conn-extra") + 1])
     assert options and extra, "the tool printed no target_options / connection"
     return options, extra
+
+
+def eks_example_stack(name: str, groups: dict[str, list[str]], *, max_size: int,
+                      desired: dict[str, int] | None = None) -> dict[str, Any]:
+    """What terraform/examples/eks creates for raylift (model bucket, cluster, a node group per ``groups`` entry at
+    ``desired`` nodes, default 0), and the target options tools/tf_outputs_to_airflow.py makes of its outputs."""
+    boto3.client("s3").create_bucket(Bucket=f"{name}-models", CreateBucketConfiguration={"LocationConstraint": REGION})
+    eks_nodegroups(name, {f"{name}-{key}": {"instanceTypes": types, "min": 0, "max": max_size,
+                                            "desired": (desired or {}).get(key, 0)}
+                          for key, types in groups.items()})  # fmt: skip
+    options, _ = tool_target_options({
+        "raylift_target": "eks", "region": REGION, "model_bucket": f"{name}-models",
+        "model_store_uri": f"s3://{name}-models/models", "ecr_repository_url": f"123.dkr.ecr.{REGION}.amazonaws.com/{name}-ray-vllm",
+        "codebuild_project": f"{name}-ray-vllm", "eks_cluster": name,
+        "eks_nodegroups": {key: f"{name}-{key}" for key in groups}, "eks_namespace": "raylift",
+        "eks_service_account": "raylift-ray",
+    })  # fmt: skip
+    return options

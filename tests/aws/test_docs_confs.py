@@ -19,7 +19,7 @@ import pytest
 
 from raylift.operators.deploy import ServeDeployOperator
 from raylift.serve_validation import Cluster, check_fit
-from tests.aws.moto_resources import ecs_cluster, eks_nodegroups, tool_target_options
+from tests.aws.moto_resources import ecs_cluster, eks_example_stack, tool_target_options
 from tests.aws.standins import Proxy
 from tests.targets.test_ecs import container_instances
 
@@ -172,16 +172,7 @@ def test_the_eks_quick_start_conf_deploys_the_gpu_profile(infra: Proxy, monkeypa
     groups = eks_node_groups()
     assert set(groups) >= {"gpu", "graviton", "inferentia", "system"}, groups
     name = "raylift-eks"
-    boto3.client("s3").create_bucket(Bucket=f"{name}-models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    eks_nodegroups(name, {f"{name}-{key}": {"instanceTypes": types, "min": 0, "max": 4, "desired": 0}
-                          for key, types in groups.items()})  # fmt: skip
-    tool_options, _ = tool_target_options({
-        "raylift_target": "eks", "region": "us-west-2", "model_bucket": f"{name}-models",
-        "model_store_uri": f"s3://{name}-models/models", "ecr_repository_url": f"123.dkr.ecr.us-west-2.amazonaws.com/{name}-ray-vllm",
-        "codebuild_project": f"{name}-ray-vllm", "eks_cluster": name,
-        "eks_nodegroups": {key: f"{name}-{key}" for key in groups}, "eks_namespace": "raylift",
-        "eks_service_account": "raylift-ray",
-    })  # fmt: skip
+    tool_options = eks_example_stack(name, groups, max_size=4)
     assert tool_options["worker_nodegroup"] == f"{name}-gpu"
     add_connections(monkeypatch, connections, tool_options)
     from raylift.hooks.ec2_instance_types import Ec2InstanceTypesHook

@@ -35,7 +35,7 @@ import yaml
 from raylift.errors import ServeFitError
 from raylift.hardware_profile import InstanceShape
 from tests.aws.conftest import s3_proxy  # noqa: F401 - fixture
-from tests.aws.moto_resources import ecs_cluster, eks_nodegroups, tool_target_options
+from tests.aws.moto_resources import ecs_cluster, eks_example_stack, tool_target_options
 from tests.aws.standins import Proxy
 from tests.aws.test_docs_confs import load_dag, render_deploy, shown
 from tests.fixtures.aws_shaped_ray import (
@@ -292,17 +292,7 @@ def eks_setup(monkeypatch: pytest.MonkeyPatch, *, group: str, profile: str, desi
     confs, connections = shown("eks")
     groups = eks_node_groups()
     name = "raylift-eks"
-    boto3.client("s3").create_bucket(Bucket=f"{name}-models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    eks_nodegroups(name, {f"{name}-{key}": {"instanceTypes": types, "min": 0, "max": 10,
-                                            "desired": desired if key == group else 0}
-                          for key, types in groups.items()})  # fmt: skip
-    tool_options, _ = tool_target_options({
-        "raylift_target": "eks", "region": "us-west-2", "model_bucket": f"{name}-models",
-        "model_store_uri": f"s3://{name}-models/models", "ecr_repository_url": f"123.dkr.ecr.us-west-2.amazonaws.com/{name}-ray-vllm",
-        "codebuild_project": f"{name}-ray-vllm", "eks_cluster": name,
-        "eks_nodegroups": {key: f"{name}-{key}" for key in groups}, "eks_namespace": "raylift",
-        "eks_service_account": "raylift-ray",
-    })  # fmt: skip
+    tool_options = eks_example_stack(name, groups, max_size=10, desired={group: desired})
     (conn_id, extra), = connections.items()
     add_connection(monkeypatch, conn_id, {**tool_options, **extra, "worker_nodegroup": f"{name}-{group}",
                                           "profile": profile, "image": "123.dkr.ecr.us-west-2.amazonaws.com/ray:t"})
