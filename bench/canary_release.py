@@ -44,18 +44,18 @@ BASE = 28000
 MODEL = "tiny-canary"
 
 
-def stack_env(home: Path) -> dict[str, str]:
+def stack_env(home: Path, base: int = BASE) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "RAYLIFT_HOME": str(home), "AIRFLOW_HOME": str(home / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True", "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(BASE + 80),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{BASE + 80}/execution/",
-        "RAYLIFT_SERVE_PORT": str(BASE + 10), "RAYLIFT_DASHBOARD_PORT": str(BASE + 265),
-        "RAYLIFT_RAY_PORT": str(BASE + 379), "RAYLIFT_CLIENT_PORT": str(BASE + 1),
-        "RAYLIFT_AGENT_PORT": str(BASE + 500), "PATH": f"{CONTROL_BIN}:{env.get('PATH', '')}",
+        "AIRFLOW__API__PORT": str(base + 80),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{base + 80}/execution/",
+        "RAYLIFT_SERVE_PORT": str(base + 10), "RAYLIFT_DASHBOARD_PORT": str(base + 265),
+        "RAYLIFT_RAY_PORT": str(base + 379), "RAYLIFT_CLIENT_PORT": str(base + 1),
+        "RAYLIFT_AGENT_PORT": str(base + 500), "PATH": f"{CONTROL_BIN}:{env.get('PATH', '')}",
     })
     return env
 

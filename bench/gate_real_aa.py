@@ -1,0 +1,299 @@
+"""The release gate's error rates on real replicas (issue 45): A/A and slower canaries on the real local stack.
+
+One local Ray cluster serves the tiny model (``raylift_deploy`` through ``airflow dags test``, the product's
+first deploy); a client sends one chat request every 2 s to the serving app the whole time. Then, per release,
+the canary path's own steps (``raylift.canary.plan_canary`` / ``with_canary`` / ``without_canary``, Serve's
+REST API, ``raylift.bench.runner.run_side_by_side`` with the DAG's default benchmark Params,
+``raylift.bench.gates.assess``, ``raylift.release.decide``) with one arm more:
+
+- ``candidate``: the release as the canary app (1 fresh replica, no user traffic);
+- ``serving``: the serving app, carrying the live client's requests (today's baseline arm);
+- ``fresh``: a fresh replica of the serving config started beside the canary (Kayenta's baseline: as new as
+  the canary, and no user traffic).
+
+All three are measured in the same rounds with the same prompts. The candidates rotate: ``copy`` (the serving
+config itself), ``seed`` (new weights of the same shape: the tiny model with another seed) and ``slower`` (a
+real slower model: the tiny model with more layers, ``--slow-layers``). Each release is judged both ways
+(candidate vs serving, candidate vs fresh) and the A/A pair (fresh vs serving) is kept, so the gate designs are
+compared on the very same replicas. Every arm's per-request samples go to
+``bench/results/gate_real_aa_samples.json.gz`` (what ``bench/gate_error_rates.py --calibrate`` fits its noise
+model to); the verdicts, headline changes and exact (Clopper-Pearson) intervals to
+``bench/results/gate_real_aa.json``.
+
+    .cache/venvs/control/bin/python bench/gate_real_aa.py [--same 30 --slow 10]
+
+About 75-120 s a release on 2 cores (two engine starts, three arms benchmarked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from canary_release import CONTROL_BIN, MODEL, ROOT, RUNTIME_PYTHON, Client, airflow, stack_env  # noqa: E402
+
+BASE = 29000
+APP = "llm"
+FRESH_SUFFIX = "-baseline"
+KINDS = ("copy", "seed", "slower")
+OUT = ROOT / "bench/results/gate_real_aa.json"
+SAMPLES = ROOT / "bench/results/gate_real_aa_samples.json.gz"
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact binomial interval of k successes in n trials."""
+    from scipy.stats import beta
+
+    a = 1 - confidence
+    low = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return low, high
+
+
+def fresh_app(serving: Mapping[str, Any]) -> dict[str, Any]:
+    """The serving config as a 1-replica app of its own: the Kayenta baseline arm."""
+    from raylift.canary import canary_app
+
+    app = canary_app(copy.deepcopy(dict(serving)), APP)
+    app["name"] = f"{APP}{FRESH_SUFFIX}"
+    app["route_prefix"] = f"/_baseline/{APP}"
+    return app
+
+
+def candidate_app(serving: Mapping[str, Any], model_path: str | None) -> dict[str, Any]:
+    app = copy.deepcopy(dict(serving))
+    if model_path is not None:  # the model is the app's argument; the deployments keep their options
+        app["args"] = {**app.get("args", {}), "model": model_path}
+    return app
+
+
+def wait_apps(hook: Any, names: list[str], *, running: bool, timeout_s: float = 600) -> float:
+    t0 = time.monotonic()
+    while True:
+        apps = (hook.serve_applications().get("applications") or {})
+        if running:
+            states = {n: (apps.get(n) or {}).get("status") for n in names}
+            if all(s == "RUNNING" for s in states.values()):
+                return time.monotonic() - t0
+            if any(s == "DEPLOY_FAILED" for s in states.values()):
+                raise RuntimeError(f"deploy failed: {json.dumps({n: apps.get(n) for n in names})[:2000]}")
+        elif not any(n in apps for n in names):
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"timed out waiting for {names} running={running}")
+        time.sleep(1.0)
+
+
+def judged(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """The gate's judgement and decision of ``result`` against ``baseline`` (a single release: no chain)."""
+    from raylift.bench.gates import assess, merged_slos
+    from raylift.config import (
+        DEFAULT_MAX_CUMULATIVE_REGRESSION,
+        DEFAULT_MAX_REGRESSION,
+        DEFAULT_REGRESSION_CONFIDENCE,
+    )
+    from raylift.release import ReleaseEvidence, decide
+
+    baseline = {**baseline, "model": result.get("model")}
+    judgement, violations = assess(result, merged_slos({}), baseline, max_regression=DEFAULT_MAX_REGRESSION,
+                                   confidence=DEFAULT_REGRESSION_CONFIDENCE)
+    evidence = ReleaseEvidence(
+        first_deploy=False, smoke_passed=True,
+        slo_violations=tuple(v.message for v in violations if v.kind != "regression"),
+        judgement=judgement.as_dict(), anchor_links=(), on_inconclusive="pass",
+        max_cumulative_regression=DEFAULT_MAX_CUMULATIVE_REGRESSION)
+    decision = decide(evidence)
+    metrics = [{"metric": m["metric"], "concurrency": m["concurrency"], "verdict": m["verdict"],
+                "change": m.get("change"), "low": m.get("low"), "high": m.get("high")}
+               for m in judgement.as_dict()["metrics"]]
+    return {"action": decision.action, "verdict": decision.verdict, "headline_change": decision.headline_change,
+            "metrics": metrics}
+
+
+def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{k: lv.get(k) for k in ("concurrency", "samples", "rounds", "requests", "errors")}
+            for lv in result.get("levels", [])]
+
+
+def release(hook: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+    from raylift.bench.runner import Arm, run_side_by_side
+    from raylift.canary import plan_canary, with_canary, without_canary
+    from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
+    from raylift.serve_config import app_by_name, merge_app
+
+    current = hook.deployed_config(hook.serve_applications())
+    serving = app_by_name(current, APP)
+    plan = plan_canary(candidate_app(serving, model_path), current, APP, lambda app, others: None)
+    config = merge_app(with_canary(current, plan, {}), fresh_app(serving), defaults={})
+    failed_before, t0 = len(client.failures), time.monotonic()
+    hook.put_serve_config(config)
+    names = [plan.canary["name"], f"{APP}{FRESH_SUFFIX}"]
+    started_s = wait_apps(hook, names, running=True)
+    serve = client.url
+    arms = run_side_by_side(
+        {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
+         "serving": Arm(serve, MODEL),
+         "fresh": Arm(f"{serve}/_baseline/{APP}", MODEL)},
+        MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL,
+        max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0, engine_metrics=False)
+    bench_s = time.monotonic() - t0 - started_s
+    now = hook.deployed_config(hook.serve_applications())
+    after = without_canary(now, plan)
+    after["applications"] = [a for a in after["applications"] if a.get("name") != f"{APP}{FRESH_SUFFIX}"]
+    hook.put_serve_config(after)
+    wait_apps(hook, names, running=False)
+    row = {"kind": kind, "start_s": round(started_s, 1), "bench_s": round(bench_s, 1),
+           "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
+           "vs_serving": judged(arms["candidate"], arms["serving"]),
+           "vs_fresh": judged(arms["candidate"], arms["fresh"]),
+           "aa_fresh_vs_serving": judged(arms["fresh"], arms["serving"])}
+    samples = {"kind": kind, **{a: levels_samples(r) for a, r in arms.items()}}
+    return row, samples
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    same = [r for r in rows if r["kind"] in ("copy", "seed")]
+    slow = [r for r in rows if r["kind"] == "slower"]
+    for design in ("vs_serving", "vs_fresh"):
+        fr = sum(1 for r in same if r[design]["action"] != "promote")
+        det = sum(1 for r in slow if r[design]["action"] != "promote")
+        heads_same = [r[design]["headline_change"] for r in same if r[design]["headline_change"] is not None]
+        heads_slow = [r[design]["headline_change"] for r in slow if r[design]["headline_change"] is not None]
+        out[design] = {
+            "same_speed_rejected": fr, "same_speed_releases": len(same),
+            "same_speed_rejected_rate": fr / len(same) if same else None,
+            "same_speed_rejected_interval_95": clopper_pearson(fr, len(same)) if same else None,
+            "slower_rejected": det, "slower_releases": len(slow),
+            "slower_rejected_rate": det / len(slow) if slow else None,
+            "slower_rejected_interval_95": clopper_pearson(det, len(slow)) if slow else None,
+            "same_speed_headline_mean": _mean(heads_same), "same_speed_headline_sd": _sd(heads_same),
+            "slower_headline_mean": _mean(heads_slow), "slower_headline_sd": _sd(heads_slow),
+        }
+    aa = [r["aa_fresh_vs_serving"]["headline_change"] for r in rows if r["aa_fresh_vs_serving"]["headline_change"]
+          is not None]
+    out["aa_fresh_vs_serving"] = {"headline_mean": _mean(aa), "headline_sd": _sd(aa),
+                                  "rejected": sum(1 for r in rows if r["aa_fresh_vs_serving"]["action"] != "promote"),
+                                  "releases": len(rows)}
+    return out
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _sd(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--same", type=int, default=30, help="same-speed releases (copy and seed, alternating)")
+    ap.add_argument("--slow", type=int, default=10, help="slower releases")
+    ap.add_argument("--slow-layers", type=int, default=8, help="layers of the slower model (the serving one has 2)")
+    args = ap.parse_args()
+    from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
+
+    tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
+    home = Path(tempfile.mkdtemp(prefix="raylift-aa-", dir=ROOT / "var"))
+    env = stack_env(home, base=BASE)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("RAYLIFT_")})  # this process reads the stack too
+    assert airflow(env, "db", "migrate", timeout=300).returncode == 0
+    conf = {"model_source": str(tiny), "model_id": "bench/tiny", "served_name": MODEL, "replicas": 1,
+            "workers": 1, "concurrency": [1, 4], "on_inconclusive": "pass"}
+    serve, dashboard = f"http://127.0.0.1:{BASE + 10}", f"http://127.0.0.1:{BASE + 265}"
+    order = plan_order(args.same, args.slow)
+    rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    try:
+        first = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
+        (home / "first.log").write_text(first.stdout + first.stderr)
+        if first.returncode != 0:
+            print(first.stderr[-3000:])
+            return 1
+        hook = RayDashboardHook(dashboard, auth_token=ray_auth_token())  # the local cluster's own token
+        models = home / "models"
+        slow_model = models / f"tiny-{args.slow_layers}-layers"
+        make_model(slow_model, seed=0, layers=args.slow_layers)
+        with Client(serve) as client, gzip.open(SAMPLES, "wt") as samples_out:
+            time.sleep(5)
+            for i, kind in enumerate(order):
+                path = None
+                if kind == "seed":
+                    path = str(make_model(models / f"tiny-seed-{i}", seed=100 + i))
+                elif kind == "slower":
+                    path = str(slow_model)
+                row, samples = release(hook, kind, path, client)
+                rows.append({"i": i, **row})
+                samples_out.write(json.dumps({"i": i, **samples}) + "\n")
+                print(json.dumps({"i": i, "kind": kind, "seconds": row["seconds"],
+                                  **{d: (row[d]["action"], row[d]["verdict"], _r(row[d]["headline_change"]))
+                                     for d in ("vs_serving", "vs_fresh", "aa_fresh_vs_serving")}}), flush=True)
+                write(rows, args, client, t0)
+            client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
+        write(rows, args, client, t0, client_total)
+    finally:
+        code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
+                "LocalRayCluster(local_settings()).stop(grace_s=5)")
+        subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
+    print(json.dumps(summary(rows), indent=1))
+    return 0
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def plan_order(same: int, slow: int) -> list[str]:
+    """Same-speed releases alternating copy and seed, a slower one spread evenly among them."""
+    same_kinds = ["copy" if i % 2 == 0 else "seed" for i in range(same)]
+    order: list[str] = []
+    every = max(1, (same + slow) // max(1, slow))
+    while same_kinds or slow:
+        if slow and (len(order) % every == every - 1 or not same_kinds):
+            order.append("slower")
+            slow -= 1
+        else:
+            order.append(same_kinds.pop(0))
+    return order
+
+
+def make_model(folder: Path, *, seed: int, layers: int = 2) -> Path:
+    subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder), "--seed", str(seed),
+                    "--layers", str(layers)], check=True, capture_output=True, timeout=300)
+    return folder
+
+
+def write(rows: list[dict[str, Any]], args: argparse.Namespace, client: Client, t0: float,
+          client_total: dict[str, Any] | None = None) -> None:
+    out = {"what": "canary releases on the real local stack under a live client (1 chat request / 2 s on the "
+                   "serving app); each judged against the serving app and against a fresh replica of the serving "
+                   "config started beside it; the A/A pair fresh vs serving kept",
+           "date": datetime.now(UTC).isoformat(timespec="seconds"),
+           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                    text=True).stdout.strip(),
+           "load_average": os.getloadavg(), "slow_layers": args.slow_layers,
+           "seconds": round(time.monotonic() - t0), "summary": summary(rows), "releases": rows,
+           "client": client_total or {"sent": client.sent, "failed": len(client.failures)}}
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
