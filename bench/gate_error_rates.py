@@ -30,6 +30,12 @@ round effect shared by both arms by default, ``--independent-rounds`` to draw on
 vs baseline arm, decided by :func:`raylift.release.decide` with ``on_inconclusive`` = the scheduled default;
 the anchor chain follows :func:`raylift.release.next_anchor_links`.
 
+**Kayenta process** (``--processes kayenta``, issue 45): the baseline arm is a fresh replica of the anchor's config
+started beside the canary (its own per-replica effect, no live traffic), so each headline is the change since the
+anchor and no chain is compounded. ``--calibrated bench/results/gate_calibration.json`` replaces the stub's noise
+model with the one ``bench/gate_calibration.py`` fitted to real replicas (per-replica effect, the serving arm's
+live-traffic shift; in the canary-vs-serving process the serving arm carries both).
+
 ``--validate`` also runs a few trials of the new process over real HTTP against two real stub servers
 (``raylift.bench.runner.run_side_by_side``) and compares their verdicts with the virtual ones.
 

@@ -16,13 +16,13 @@ config itself), ``seed`` (new weights of the same shape: the tiny model with ano
 real slower model: the tiny model with more layers, ``--slow-layers``). Each release is judged both ways
 (candidate vs serving, candidate vs fresh) and the A/A pair (fresh vs serving) is kept, so the gate designs are
 compared on the very same replicas. Every arm's per-request samples go to
-``bench/results/gate_real_aa_samples.json.gz`` (what ``bench/gate_error_rates.py --calibrate`` fits its noise
+``bench/results/gate_real_aa_samples.json.gz`` (what ``bench/gate_calibration.py`` fits the simulation's noise
 model to); the verdicts, headline changes and exact (Clopper-Pearson) intervals to
 ``bench/results/gate_real_aa.json``.
 
     .cache/venvs/control/bin/python bench/gate_real_aa.py [--same 30 --slow 10]
 
-About 75-120 s a release on 2 cores (two engine starts, three arms benchmarked).
+84 s a release on 2 cores (two engine starts, three arms benchmarked; 2026-12-02): about an hour for 40.
 """
 
 from __future__ import annotations
