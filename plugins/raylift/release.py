@@ -24,14 +24,6 @@ The rules, in order (the first that applies decides):
    rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
 7. ``pass``: promote; it becomes the anchor (the chain starts again from it).
 
-What the baseline arm ran (:attr:`ReleaseEvidence.baseline_runs`): ``fresh-anchor``, a fresh replica of the
-anchor's own config started beside the canary (Kayenta's baseline: as new as the canary, carrying no user
-traffic), so the headline *is* the change since the anchor and no chain is compounded (its noise does not grow
-with the chain); ``fresh-serving``, a fresh replica of the serving config (the chain compounds as below); or
-``serving``, the serving app itself under its live traffic (no room for a fresh replica, or a direct release's
-stored anchor samples). On the real stack the serving app measured 50 % faster than any fresh replica of the
-same config, so an unchanged canary judged against it was rolled back (``bench/gate_real_aa.py``).
-
 Rule 0, before rules 2-7: a **new anchor asked for** (``regression_baseline: none``; the evidence names who
 asked, the run's triggering user and run id as Airflow gives them): smoke, SLOs and a side-by-side judgement
 that ``failed`` or ``regressed`` still roll back; otherwise the release is promoted and becomes the anchor, the
@@ -45,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from raylift.config import DEFAULT_MAX_CUMULATIVE_REGRESSION, DEFAULT_ON_INCONCLUSIVE
@@ -60,10 +52,6 @@ APPROVALS = ("approve", "reject")
 PASS, REGRESSED, INCONCLUSIVE, FAILED, NEW_BASELINE = "pass", "regressed", "inconclusive", "failed", "new baseline"
 SMOKE_FAILED, SLO_VIOLATED, CUMULATIVE_REGRESSION = "smoke failed", "slo violated", "cumulative regression"
 NOT_JUDGED = "not judged"
-
-# What the baseline arm of a release ran (ReleaseEvidence.baseline_runs)
-FRESH_ANCHOR, FRESH_SERVING, SERVING = "fresh-anchor", "fresh-serving", "serving"
-BASELINE_RUNS = (FRESH_ANCHOR, FRESH_SERVING, SERVING)
 
 # The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back. Below 0.10 on
 # purpose: a release exactly 10 % slower has a headline above 0.10 only half the time. In
@@ -89,9 +77,7 @@ class ReleaseEvidence:
     :param on_inconclusive: ``hold`` (ask a person), ``pass`` (promote) or ``fail`` (roll back).
     :param approval: the person's answer to a hold, ``approve`` or ``reject``; None: not asked (yet).
     :param new_anchor_by: ``regression_baseline: none`` was asked, by whom (e.g. "user 'admin', run
-        manual__1"); None: judged against the anchor.
-    :param baseline_runs: what the baseline arm ran: ``fresh-anchor`` (the judgement's change is the change
-        since the anchor: ``anchor_links`` are not compounded), ``fresh-serving`` or ``serving``."""
+        manual__1"); None: judged against the anchor."""
 
     first_deploy: bool
     smoke_passed: bool
@@ -102,7 +88,6 @@ class ReleaseEvidence:
     on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
     approval: str | None = None
     new_anchor_by: str | None = None
-    baseline_runs: str = SERVING
 
 
 @dataclass(frozen=True)
@@ -110,8 +95,7 @@ class ReleaseDecision:
     """What to do with the candidate, why (each reason names its numbers), and what the anchor chain becomes.
 
     ``headline_change`` is this release's change against what serves, ``cumulative_change`` the compounded
-    change since the anchor with this release included (ratio - 1; + is slower); None when not measured.
-    ``against_anchor``: the headline was measured against the anchor's own config (it is the cumulative change)."""
+    change since the anchor with this release included (ratio - 1; + is slower); None when not measured."""
 
     action: str
     verdict: str
@@ -120,7 +104,6 @@ class ReleaseDecision:
     cumulative_change: float | None
     becomes_anchor: bool
     new_anchor_by: str | None = None
-    against_anchor: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -189,8 +172,6 @@ def next_anchor_links(links: tuple[float, ...], decision: ReleaseDecision) -> tu
         return ()
     if decision.headline_change is None:
         return links
-    if decision.against_anchor:  # measured against the anchor's own config: the one link is the whole change
-        return (decision.headline_change,)
     return (*links, decision.headline_change)
 
 
@@ -209,8 +190,6 @@ def _check(evidence: ReleaseEvidence) -> None:
             "than the anchor in all)")
     bad = [x for x in evidence.anchor_links
            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= -1]
-    if evidence.baseline_runs not in BASELINE_RUNS:
-        raise RayliftValueError(f"baseline_runs {evidence.baseline_runs!r} is not one of {list(BASELINE_RUNS)}")
     if evidence.new_anchor_by is not None and not str(evidence.new_anchor_by).strip():
         raise RayliftValueError("new_anchor_by is empty: a new anchor (regression_baseline 'none') names who asked")
     if bad:
@@ -225,16 +204,9 @@ def _pct(x: float) -> str:
 def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     """The release decision from ``evidence`` (the module docstring's rules, in order).
 
-    :raises RayliftValueError: ``on_inconclusive``, ``approval``, ``max_cumulative_regression``,
-        ``baseline_runs`` or ``anchor_links`` is not a value allowed."""
+    :raises RayliftValueError: ``on_inconclusive``, ``approval``, ``max_cumulative_regression`` or
+        ``anchor_links`` is not a value allowed."""
     _check(evidence)
-    decision = _decide(evidence)
-    if evidence.baseline_runs == FRESH_ANCHOR and decision.headline_change is not None:
-        return replace(decision, against_anchor=True)
-    return decision
-
-
-def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     if evidence.first_deploy:
         if not evidence.smoke_passed:
             return ReleaseDecision(ROLL_BACK, SMOKE_FAILED, ("first deploy: the smoke test failed",),
@@ -249,16 +221,11 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
         return ReleaseDecision(ROLL_BACK, SMOKE_FAILED, ("the candidate's smoke test failed",), None, None, False)
     judgement = evidence.judgement or {}
     headline = headline_change(judgement) if judgement else None
-    against_anchor = evidence.baseline_runs == FRESH_ANCHOR
-    chain = () if against_anchor else evidence.anchor_links
+    chain = evidence.anchor_links
     cumulative = compound((*chain, headline)) if headline is not None else None
     measured: list[str] = []
-    if headline is not None and cumulative is not None and against_anchor:
-        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against a fresh replica of "
-                        "the anchor's config started beside the canary: the change since the anchor")
-    elif headline is not None and cumulative is not None:
-        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against "
-                        f"{'a fresh replica of the serving config' if evidence.baseline_runs == FRESH_SERVING else 'what serves'}; "
+    if headline is not None and cumulative is not None:
+        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against what serves; "
                         f"{_pct(cumulative)} since the anchor ({_chain(chain, headline)})")
     if evidence.slo_violations:
         return ReleaseDecision(ROLL_BACK, SLO_VIOLATED, (*evidence.slo_violations, *measured), headline,
@@ -280,9 +247,7 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
         return ReleaseDecision(
             ROLL_BACK, CUMULATIVE_REGRESSION,
             (f"{_pct(cumulative)} slower than the anchor (the last release that passed) in all: "
-             + ("measured against a fresh replica of the anchor's config" if against_anchor
-                else _chain(chain, headline))
-             + f", above the cumulative limit {_pct(limit)} (judgement: {verdict})",),
+             f"{_chain(chain, headline)}, above the cumulative limit {_pct(limit)} (judgement: {verdict})",),
             headline, cumulative, False)
     if verdict == PASS:
         return ReleaseDecision(PROMOTE, PASS, ("judged within the tolerance of what serves on every metric; it "

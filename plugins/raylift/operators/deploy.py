@@ -269,31 +269,19 @@ class ServeDeployOperator(TargetOperator):
             plan = earlier
             self.log.warning("an earlier try of run %s started this canary and did not finish: finishing it", run_id)
         else:
-            # the baseline arm runs the anchor's own config when the anchor recorded it (the change measured is
-            # then the change since the anchor), else the serving config (raylift.canary.with_fresh_baseline)
-            anchor_app = (state.anchor() or {}).get("app")
-            plan = plan_canary(app, current, name, self._fits,
-                               anchor_app=anchor_app if isinstance(anchor_app, dict) else None)
+            plan = plan_canary(app, current, name, self._fits)
         config = with_canary(current, plan, defaults)
         state.save_canary(run_id, plan.as_dict())
         state.begin_apply(run_id, current, config, surge=self.surge)  # what rollback undoes if this run dies
         write_serve_config(self.target_impl, config, read=current)
         steps.submitted(context, "serve_write_s")
-        waiting = [plan.canary["name"], *([plan.baseline["name"]] if plan.baseline else []),
-                   *([name] if plan.lent else [])]
+        waiting = [plan.canary["name"], *([name] if plan.lent else [])]
         self.log.info(
             "canary release: candidate started as app %r at %s beside the serving app %r%s; the serving app takes "
             "all user traffic and is not changed until the gate promotes the candidate. Waiting for %s.",
             plan.canary["name"], plan.canary["route_prefix"], name,
             f" (which lends it one of its {plan.baseline_scale + plan.lent} replicas: no room beside it)"
             if plan.lent else "", waiting)
-        if plan.baseline:
-            self.log.info("baseline arm: a fresh replica of the %s config as app %r at %s, judged beside the "
-                          "canary (neither carries user traffic)",
-                          "anchor's" if plan.baseline_runs == "fresh-anchor" else "serving",
-                          plan.baseline["name"], plan.baseline["route_prefix"])
-        else:
-            self.log.warning("baseline arm: the serving app, under its live traffic (%s)", plan.baseline_note)
         context["ti"].xcom_push(key="serve_config", value=config)
         context["ti"].xcom_push(key="release", value="canary")
         trigger = self.target_impl.deploy_trigger(app_names=waiting, timeout_s=self.timeout_s)
@@ -419,19 +407,15 @@ class ServeDeployOperator(TargetOperator):
             from raylift.canary import CanaryPlan
 
             plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {})
-            # the candidate answers at the canary's route; the baseline arm (a fresh replica beside it, else the
-            # serving app) is measured beside it
-            base = plan.baseline or plan.serving
+            # the candidate answers at the canary's route; the serving app, measured beside it, is the baseline
             out.update({
                 "endpoint": app_url(endpoint, plan.canary),
                 "canary_app": plan.canary["name"],
                 "route_prefix": plan.canary["route_prefix"],
-                "baseline_endpoint": app_url(endpoint, base),
-                "baseline_served_name": str((base.get("args") or {}).get("served_model_name") or self.served_name),
+                "baseline_endpoint": app_url(endpoint, plan.serving),
+                "baseline_served_name": str((plan.serving.get("args") or {}).get("served_model_name")
+                                            or self.served_name),
                 "baseline_scale": plan.baseline_scale,
-                "baseline_runs": plan.baseline_runs,
-                "baseline_app": base["name"],
-                "baseline_note": plan.baseline_note,
                 "lent": plan.lent,
             })
             out["cold_start"] = self.collect_cold_start(str(plan.canary["name"]), running_at.timestamp(),

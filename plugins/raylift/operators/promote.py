@@ -127,7 +127,6 @@ class PromoteReleaseOperator(TargetOperator):
         """The run is the app's last good one; the anchor moves (``raylift.release.next_anchor_links``)."""
         from raylift.deploy_state import run_key
         from raylift.release import ReleaseDecision, next_anchor_links
-        from raylift.serve_config import app_by_name
 
         name, run_id = str(self.app_name), context["run_id"]
         state = self.state_for(name)
@@ -144,19 +143,17 @@ class PromoteReleaseOperator(TargetOperator):
         final = ReleaseDecision(
             action=decision["action"], verdict=decision["verdict"], reasons=tuple(decision.get("reasons") or ()),
             headline_change=decision.get("headline_change"), cumulative_change=decision.get("cumulative_change"),
-            becomes_anchor=bool(decision.get("becomes_anchor")), new_anchor_by=decision.get("new_anchor_by"),
-            against_anchor=bool(decision.get("against_anchor")))
+            becomes_anchor=bool(decision.get("becomes_anchor")), new_anchor_by=decision.get("new_anchor_by"))
         new_links = next_anchor_links(links, final)
         if final.becomes_anchor:
-            # its own app entry too: the next canary's fresh baseline arm runs it (the change since the anchor)
-            state.write_anchor(run_id, [], result, app=app_by_name(config or {}, name))
+            state.write_anchor(run_id, [], result)
             moved = f"run {run_id} is the new anchor (its verdict was {final.verdict})" + (
                 f"; regression_baseline 'none' asked by {decision['new_anchor_by']}"
                 if decision.get("new_anchor_by") else "")
         elif anchor is None:  # nothing raylift released passed before (the app was deployed by hand)
             moved = f"no anchor yet (verdict {final.verdict}, not a pass): the next release that passes becomes it"
         else:
-            state.write_anchor(anchor.get("run_id"), list(new_links), anchor.get("benchmark"), app=anchor.get("app"))
+            state.write_anchor(anchor.get("run_id"), list(new_links), anchor.get("benchmark"))
             moved = (f"the anchor stays run {anchor.get('run_id')} (verdict {final.verdict}, not a pass); "
                      f"changes since it: {', '.join(f'{x:+.1%}' for x in new_links) or 'none'}")
         self.log.info("promoted: app %r serves run %s's config; %s", name, run_id, moved)
