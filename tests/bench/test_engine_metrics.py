@@ -94,7 +94,8 @@ def test_a_level_is_summarised_from_the_scrapes_while_it_ran(engine: tuple[FakeE
     out = asyncio.run(level())
     four = out[4]
     assert isinstance(four, dict)
-    assert four["samples"] >= 8 and four["scrape_errors"] == 0, four
+    # >= 3, not 8: on a loaded box a 0.05 s sampler managed 6 scrapes in these 1.1 s (make test, session 31)
+    assert four["samples"] >= 3 and four["scrape_errors"] == 0, four
     assert four["waiting"]["max"] == 5 and 0 < four["waiting"]["mean"] < 5
     assert four["running"]["max"] == 9 and 2 < four["running"]["mean"] < 9
     assert four["kv_cache_usage"]["max"] == pytest.approx(0.65) and 0.3 <= four["kv_cache_usage"]["mean"] < 0.65
