@@ -98,6 +98,35 @@ def airflow(env: dict[str, str], *args: str, timeout: float = 1500) -> subproces
                           timeout=timeout, check=False)
 
 
+def stack_conf(model_source: Path) -> dict[str, Any]:
+    """The first deploy's conf: the tiny model, 1 replica on head + 1 worker, levels 1 and 4, doubt passes."""
+    return {"model_source": str(model_source), "model_id": "bench/tiny", "served_name": MODEL, "replicas": 1,
+            "workers": 1, "concurrency": [1, 4], "on_inconclusive": "pass"}
+
+
+def first_deploy(env: dict[str, str], home: Path, conf: dict[str, Any]) -> bool:
+    """``raylift_deploy`` once (the product's first deploy); its output in ``home/first.log``."""
+    first = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
+    (home / "first.log").write_text(first.stdout + first.stderr)
+    if first.returncode != 0:
+        print(first.stderr[-3000:])
+    return first.returncode == 0
+
+
+def stop_stack(env: dict[str, str]) -> None:
+    """Stop the local cluster this script's stack started (raylift's own stop: only its process groups)."""
+    code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
+            "LocalRayCluster(local_settings()).stop(grace_s=5)")
+    subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
+
+
+def make_model(folder: Path, *, seed: int, layers: int = 2) -> Path:
+    """The tiny model with another seed (new weights of the same shape) or more layers (a slower one)."""
+    subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder), "--seed", str(seed),
+                    "--layers", str(layers)], check=True, capture_output=True, timeout=300)
+    return folder
+
+
 def serving_config(dashboard: str) -> dict[str, Any]:
     apps = httpx.get(f"{dashboard}/api/serve/applications/", timeout=10).json()["applications"]
     return {"llm": apps.get("llm", {}).get("deployed_app_config"), "apps": sorted(apps)}
@@ -119,16 +148,12 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="raylift-canary-", dir=ROOT / "var"))
     env = stack_env(home)
     assert airflow(env, "db", "migrate", timeout=300).returncode == 0
-    base = {"model_source": str(tiny), "model_id": "bench/tiny", "served_name": MODEL, "replicas": 1,
-            "workers": 1, "concurrency": [1, 4], "on_inconclusive": "pass"}
+    base = stack_conf(tiny)
     serve, dashboard = f"http://127.0.0.1:{BASE + 10}", f"http://127.0.0.1:{BASE + 265}"
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
     try:
-        first = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(base))
-        (home / "first.log").write_text(first.stdout + first.stderr)
-        if first.returncode != 0:
-            print(first.stderr[-3000:])
+        if not first_deploy(env, home, base):
             return 1
         serving_source = str(tiny)
         with Client(serve) as client:
@@ -138,9 +163,7 @@ def main() -> int:
                 if kind == "slower":
                     conf = {**base, "model_source": serving_source, "engine_args": {"max_num_seqs": 1}}
                 else:
-                    folder = home / f"models/tiny-seed-{i}"
-                    subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder),
-                                    "--seed", str(100 + i)], check=True, capture_output=True, timeout=300)
+                    folder = make_model(home / f"models/tiny-seed-{i}", seed=100 + i)
                     conf = {**base, "model_source": str(folder)}
                 before, failed_before, started = serving_config(dashboard), len(client.failures), time.monotonic()
                 done = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
@@ -164,9 +187,7 @@ def main() -> int:
                         "release": "direct", "regression_baseline": "none"}
                 setup = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(full))
                 (home / "full-setup.log").write_text(setup.stdout + setup.stderr)
-                folder = home / "models/tiny-seed-full"
-                subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder),
-                                "--seed", "999"], check=True, capture_output=True, timeout=300)
+                folder = make_model(home / "models/tiny-seed-full", seed=999)
                 conf = {**base, "model_source": str(folder), "workers": 0, "replicas": 2}
                 before, failed_before, started = serving_config(dashboard), len(client.failures), time.monotonic()
                 done = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
@@ -184,9 +205,7 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
             client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
     finally:
-        code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
-                "LocalRayCluster(local_settings()).stop(grace_s=5)")
-        subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
+        stop_stack(env)
 
     def count(kind: str, **match: Any) -> int:
         return sum(1 for r in rows if r["kind"] == kind and all(r.get(k) == v for k, v in match.items()))

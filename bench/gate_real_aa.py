@@ -43,12 +43,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from canary_release import CONTROL_BIN, MODEL, ROOT, RUNTIME_PYTHON, Client, airflow, stack_env  # noqa: E402
+from canary_release import (  # noqa: E402
+    MODEL,
+    ROOT,
+    Client,
+    airflow,
+    first_deploy,
+    make_model,
+    stack_conf,
+    stack_env,
+    stop_stack,
+)
 
 BASE = 29000
 APP = "llm"
 FRESH_SUFFIX = "-baseline"
-KINDS = ("copy", "seed", "slower")
 OUT = ROOT / "bench/results/gate_real_aa.json"
 SAMPLES = ROOT / "bench/results/gate_real_aa_samples.json.gz"
 
@@ -80,21 +89,18 @@ def candidate_app(serving: Mapping[str, Any], model_path: str | None) -> dict[st
     return app
 
 
-def wait_apps(hook: Any, names: list[str], *, running: bool, timeout_s: float = 600) -> float:
+def wait_apps(target: Any, names: list[str], *, running: bool, timeout_s: float = 600) -> float:
+    """The deploy operator's own waits (the local target's Serve triggers), blocking here; the seconds taken."""
+    from raylift.triggers.serve import ServeApplicationGoneTrigger
+
     t0 = time.monotonic()
-    while True:
-        apps = (hook.serve_applications().get("applications") or {})
-        if running:
-            states = {n: (apps.get(n) or {}).get("status") for n in names}
-            if all(s == "RUNNING" for s in states.values()):
-                return time.monotonic() - t0
-            if any(s == "DEPLOY_FAILED" for s in states.values()):
-                raise RuntimeError(f"deploy failed: {json.dumps({n: apps.get(n) for n in names})[:2000]}")
-        elif not any(n in apps for n in names):
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > timeout_s:
-            raise RuntimeError(f"timed out waiting for {names} running={running}")
-        time.sleep(1.0)
+    trigger = (target.deploy_trigger(app_names=names, timeout_s=timeout_s) if running  # deploys since the write
+               else ServeApplicationGoneTrigger(dashboard_url=target.serve_dashboard_url(), app_names=names,
+                                                timeout_s=timeout_s, **target.dashboard_trigger_auth()))
+    event = trigger.wait()
+    if event.get("status") != "success":
+        raise RuntimeError(f"Serve apps {names} (running={running}): {event}")
+    return time.monotonic() - t0
 
 
 def judged(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,20 +134,20 @@ def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
             for lv in result.get("levels", [])]
 
 
-def release(hook: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+def release(target: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
     from raylift.bench.runner import Arm, run_side_by_side
     from raylift.canary import plan_canary, with_canary, without_canary
     from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
     from raylift.serve_config import app_by_name, merge_app
 
-    current = hook.deployed_config(hook.serve_applications())
+    current = target.current_serve_config()
     serving = app_by_name(current, APP)
     plan = plan_canary(candidate_app(serving, model_path), current, APP, lambda app, others: None)
     config = merge_app(with_canary(current, plan, {}), fresh_app(serving), defaults={})
     failed_before, t0 = len(client.failures), time.monotonic()
-    hook.put_serve_config(config)
+    target.apply_serve_config(config)
     names = [plan.canary["name"], f"{APP}{FRESH_SUFFIX}"]
-    started_s = wait_apps(hook, names, running=True)
+    started_s = wait_apps(target, names, running=True)
     serve = client.url
     arms = run_side_by_side(
         {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
@@ -150,11 +156,11 @@ def release(hook: Any, kind: str, model_path: str | None, client: Client) -> tup
         MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0, engine_metrics=False)
     bench_s = time.monotonic() - t0 - started_s
-    now = hook.deployed_config(hook.serve_applications())
+    now = target.current_serve_config()
     after = without_canary(now, plan)
     after["applications"] = [a for a in after["applications"] if a.get("name") != f"{APP}{FRESH_SUFFIX}"]
-    hook.put_serve_config(after)
-    wait_apps(hook, names, running=False)
+    target.apply_serve_config(after)
+    wait_apps(target, names, running=False)
     row = {"kind": kind, "start_s": round(started_s, 1), "bench_s": round(bench_s, 1),
            "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
            "vs_serving": judged(arms["candidate"], arms["serving"]),
@@ -208,26 +214,22 @@ def main() -> int:
     ap.add_argument("--slow", type=int, default=10, help="slower releases")
     ap.add_argument("--slow-layers", type=int, default=8, help="layers of the slower model (the serving one has 2)")
     args = ap.parse_args()
-    from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
+    from raylift.targets.local import LocalTarget
 
     tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
     home = Path(tempfile.mkdtemp(prefix="raylift-aa-", dir=ROOT / "var"))
     env = stack_env(home, base=BASE)
     os.environ.update({k: v for k, v in env.items() if k.startswith("RAYLIFT_")})  # this process reads the stack too
     assert airflow(env, "db", "migrate", timeout=300).returncode == 0
-    conf = {"model_source": str(tiny), "model_id": "bench/tiny", "served_name": MODEL, "replicas": 1,
-            "workers": 1, "concurrency": [1, 4], "on_inconclusive": "pass"}
-    serve, dashboard = f"http://127.0.0.1:{BASE + 10}", f"http://127.0.0.1:{BASE + 265}"
+    conf = stack_conf(tiny)
+    serve = f"http://127.0.0.1:{BASE + 10}"
     order = plan_order(args.same, args.slow)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
     try:
-        first = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
-        (home / "first.log").write_text(first.stdout + first.stderr)
-        if first.returncode != 0:
-            print(first.stderr[-3000:])
+        if not first_deploy(env, home, conf):
             return 1
-        hook = RayDashboardHook(dashboard, auth_token=ray_auth_token())  # the local cluster's own token
+        target = LocalTarget()  # the stack's local target: its dashboard, token and Serve waits
         models = home / "models"
         slow_model = models / f"tiny-{args.slow_layers}-layers"
         make_model(slow_model, seed=0, layers=args.slow_layers)
@@ -239,7 +241,7 @@ def main() -> int:
                     path = str(make_model(models / f"tiny-seed-{i}", seed=100 + i))
                 elif kind == "slower":
                     path = str(slow_model)
-                row, samples = release(hook, kind, path, client)
+                row, samples = release(target, kind, path, client)
                 rows.append({"i": i, **row})
                 samples_out.write(json.dumps({"i": i, **samples}) + "\n")
                 print(json.dumps({"i": i, "kind": kind, "seconds": row["seconds"],
@@ -249,9 +251,7 @@ def main() -> int:
             client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
         write(rows, args, client, t0, client_total)
     finally:
-        code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
-                "LocalRayCluster(local_settings()).stop(grace_s=5)")
-        subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
+        stop_stack(env)
     print(json.dumps(summary(rows), indent=1))
     return 0
 
@@ -272,12 +272,6 @@ def plan_order(same: int, slow: int) -> list[str]:
         else:
             order.append(same_kinds.pop(0))
     return order
-
-
-def make_model(folder: Path, *, seed: int, layers: int = 2) -> Path:
-    subprocess.run([str(RUNTIME_PYTHON), str(ROOT / "tools/make_tiny_model.py"), str(folder), "--seed", str(seed),
-                    "--layers", str(layers)], check=True, capture_output=True, timeout=300)
-    return folder
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, client: Client, t0: float,
