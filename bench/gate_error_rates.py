@@ -36,6 +36,10 @@ anchor and no chain is compounded. ``--calibrated bench/results/gate_calibration
 model with the one ``bench/gate_calibration.py`` fitted to real replicas (per-replica effect, the serving arm's
 live-traffic shift; in the canary-vs-serving process the serving arm carries both).
 
+**Confirm process** (``--processes confirm``, raylift's gate): the Kayenta process, and a pilot whose headline is
+not clear (``raylift.release.confirmation_requests``: between +3 % and +25 %) is measured again on the same two
+replicas at 4x the requests, and that measurement alone decides; ``confirmed_share`` is its cost.
+
 ``--validate`` also runs a few trials of the new process over real HTTP against two real stub servers
 (``raylift.bench.runner.run_side_by_side``) and compares their verdicts with the virtual ones.
 
@@ -70,11 +74,13 @@ from raylift.bench.profiles import generate_requests, get_profile  # noqa: E402
 from raylift.bench.runner import _split, rounds_for  # noqa: E402
 from raylift.config import REGRESSION_MIN_REQUESTS  # noqa: E402
 from raylift.release import (  # noqa: E402
+    CONFIRM_FACTOR,
     HOLD,
     PROMOTE,
     ROLL_BACK,
     ReleaseDecision,
     ReleaseEvidence,
+    confirmation_requests,
     decide,
     next_anchor_links,
 )
@@ -239,7 +245,8 @@ def replica(rng: np.random.Generator, m: Machine) -> float:
 
 def new_release(bench: Bench, rng: np.random.Generator, drift: Drift, t: float, serving: float, factor: float,
                 links: tuple[float, ...], gate: Gate, *, shared_rounds: bool, serving_replica: float = 1.0,
-                baseline: float | None = None) -> tuple[ReleaseDecision, float]:
+                baseline: float | None = None, confirm: Bench | None = None,
+                confirmed: list[bool] | None = None) -> tuple[ReleaseDecision, float]:
     """The canary: both arms in the same rounds, judged, decided. The baseline arm is the serving app (its replica
     and its live traffic: ``serving_shift``/``serving_sigma``) or, given ``baseline`` (the true speed of the config
     it runs), a fresh replica of that config started beside the canary (Kayenta's baseline, no live traffic)."""
@@ -249,9 +256,16 @@ def new_release(bench: Bench, rng: np.random.Generator, drift: Drift, t: float, 
         base_f = serving * serving_replica * live
     else:
         base_f = baseline * replica(rng, m)
-    (base, cand), t = bench.run(rng, drift, t, [base_f, serving * factor * replica(rng, m)],
-                                shared_rounds=shared_rounds)
+    factors = [base_f, serving * factor * replica(rng, m)]
+    (base, cand), t = bench.run(rng, drift, t, factors, shared_rounds=shared_rounds)
     j, slo = _assess(cand, base, gate)
+    again = confirm is not None and confirmation_requests(j, m.requests_per_level) is not None
+    if confirm is not None and again:
+        # the pilot is not clear: the same two replicas measured again at 4x the requests, which decides alone
+        (base, cand), t = confirm.run(rng, drift, t, factors, shared_rounds=shared_rounds)
+        j, slo = _assess(cand, base, gate)
+    if confirmed is not None:
+        confirmed.append(again)
     decision = decide(ReleaseEvidence(
         first_deploy=False, smoke_passed=True, slo_violations=tuple(slo), judgement=j, anchor_links=links,
         max_cumulative_regression=gate.max_cumulative_regression, on_inconclusive=gate.on_inconclusive))
@@ -261,7 +275,7 @@ def new_release(bench: Bench, rng: np.random.Generator, drift: Drift, t: float, 
 
 
 def sequence(process: str, bench: Bench, rng: np.random.Generator, gate: Gate, steps: Sequence[float],
-             *, shared_rounds: bool) -> dict[str, Any]:
+             *, shared_rounds: bool, confirm: Bench | None = None) -> dict[str, Any]:
     """Releases one after another (each ``steps[k]`` times the one before): where the first rejection came,
     and the true slowdown accepted by then (product of the accepted steps)."""
     m = bench.m
@@ -276,14 +290,16 @@ def sequence(process: str, bench: Bench, rng: np.random.Generator, gate: Gate, s
         (last_good,), _ = bench.run(rng, drift, t, [1.0])
     verdicts: list[str] = []
     headlines: list[float | None] = []
+    confirmed: list[bool] = []  # confirm: whether each release's pilot was measured again
     for k, step in enumerate(steps, start=1):
         t = k * m.release_gap_s
         if process == "old":
             rejected, last_good, _, seen = old_release(bench, rng, drift, t, serving * step, last_good, gate)
             verdicts.append("/".join(seen))
-        elif process == "kayenta":  # against a fresh replica of the anchor's config: the change is cumulative
+        elif process in ("kayenta", "confirm"):  # against a fresh replica of the anchor's config: cumulative
             decision, _ = new_release(bench, rng, drift, t, serving, step, (), gate, shared_rounds=shared_rounds,
-                                      baseline=anchor)
+                                      baseline=anchor, confirm=confirm if process == "confirm" else None,
+                                      confirmed=confirmed)
             rejected = decision.action == ROLL_BACK
             verdicts.append(decision.verdict)
             headlines.append(decision.headline_change)
@@ -299,9 +315,11 @@ def sequence(process: str, bench: Bench, rng: np.random.Generator, gate: Gate, s
                 links = next_anchor_links(links, decision)
                 serving_replica = replica(rng, m)  # the promoted release serves on replicas of its own
         if rejected:
-            return {"stopped_at": k, "accepted": serving, "verdicts": verdicts, "headlines": headlines}
+            return {"stopped_at": k, "accepted": serving, "verdicts": verdicts, "headlines": headlines,
+                    "confirmed": confirmed}
         serving *= step
-    return {"stopped_at": None, "accepted": serving, "verdicts": verdicts, "headlines": headlines}
+    return {"stopped_at": None, "accepted": serving, "verdicts": verdicts, "headlines": headlines,
+            "confirmed": confirmed}
 
 
 ROWS: dict[str, list[float]] = {
@@ -324,11 +342,12 @@ TARGETS = {"unchanged": ("<=", 0.02, "rejected"), "10% slower": (">=", 0.50, "re
 def run_row(process: str, row: str, m: Machine, gate: Gate, trials: int, seed: int, *, shared_rounds: bool
             ) -> dict[str, Any]:
     bench = Bench(m)
+    confirm = Bench(replace(m, requests_per_level=CONFIRM_FACTOR * m.requests_per_level)) if process == "confirm" else None
     steps = ROWS[row]
     outs = []
     for i in range(trials):
         rng = np.random.default_rng([seed, i, len(steps), int(steps[0] * 1000)])
-        outs.append(sequence(process, bench, rng, gate, steps, shared_rounds=shared_rounds))
+        outs.append(sequence(process, bench, rng, gate, steps, shared_rounds=shared_rounds, confirm=confirm))
     stopped = [o["stopped_at"] for o in outs]
     res: dict[str, Any] = {"trials": trials}
     if len(steps) == 1:
@@ -347,6 +366,9 @@ def run_row(process: str, row: str, m: Machine, gate: Gate, trials: int, seed: i
         res["median_release_stopped_at"] = statistics.median(s if s is not None else len(steps) + 1
                                                               for s in stopped)
         res["median_cumulative_slowdown_accepted"] = statistics.median(o["accepted"] for o in outs)
+    if process == "confirm":  # the cost: the share of releases whose pilot was measured again (4x requests)
+        flags = [c for o in outs for c in o["confirmed"]]
+        res["confirmed_share"] = sum(flags) / max(1, len(flags))
     if row in TARGETS:
         op, target, key = TARGETS[row]
         share = res[key]
@@ -356,7 +378,8 @@ def run_row(process: str, row: str, m: Machine, gate: Gate, trials: int, seed: i
 
 
 PROCESS_NAMES = {"old": "old process (sequential baseline)", "new": "canary vs the serving app",
-                 "kayenta": "canary vs a fresh replica of the anchor's config"}
+                 "kayenta": "canary vs a fresh replica of the anchor's config",
+                 "confirm": "the same, an unclear pilot measured again at 4x the requests (raylift's gate)"}
 
 
 def table(rows: dict[str, dict[str, dict[str, Any]]]) -> str:

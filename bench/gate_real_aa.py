@@ -15,7 +15,9 @@ All three are measured in the same rounds with the same prompts. The candidates 
 config itself), ``seed`` (new weights of the same shape: the tiny model with another seed) and ``slower`` (a
 real slower model: the tiny model with more layers, ``--slow-layers``). Each release is judged both ways
 (candidate vs serving, candidate vs fresh) and the A/A pair (fresh vs serving) is kept, so the gate designs are
-compared on the very same replicas. Every arm's per-request samples go to
+compared on the very same replicas; ``gate`` is raylift's gate as it ships (candidate vs the fresh replica, and a
+pilot that ``raylift.release.confirmation_requests`` finds unclear measured again, the same two arms at 4x the
+requests, which decides; ``confirmed`` says when). Every arm's per-request samples go to
 ``bench/results/gate_real_aa_samples.json.gz`` (what ``bench/gate_calibration.py`` fits the simulation's noise
 model to); the verdicts, headline changes and exact (Clopper-Pearson) intervals to
 ``bench/results/gate_real_aa.json``.
@@ -103,15 +105,24 @@ def wait_apps(target: Any, names: list[str], *, running: bool, timeout_s: float 
     return time.monotonic() - t0
 
 
-def judged(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
-    """The gate's judgement and decision of ``result`` against ``baseline`` (a single release: no chain)."""
+def replica_nodes(target: Any) -> dict[str, list[str]]:
+    """``{app: [node id prefix of each replica]}`` as Serve reports them."""
+    apps = (target.serve_dashboard().serve_applications().get("applications") or {})
+    return {name: sorted(str(r.get("node_id") or "")[:8] for dep in (app.get("deployments") or {}).values()
+                         for r in dep.get("replicas") or [])
+            for name, app in apps.items()}
+
+
+def judged(result: Mapping[str, Any], baseline: Mapping[str, Any], requests_per_level: int = 128) -> dict[str, Any]:
+    """The gate's judgement and decision of ``result`` against ``baseline`` (a single release: no chain), and the
+    requests per level the gate would measure it again with (``confirm_requests``; None: it decides)."""
     from raylift.bench.gates import assess, merged_slos
     from raylift.config import (
         DEFAULT_MAX_CUMULATIVE_REGRESSION,
         DEFAULT_MAX_REGRESSION,
         DEFAULT_REGRESSION_CONFIDENCE,
     )
-    from raylift.release import ReleaseEvidence, decide
+    from raylift.release import ReleaseEvidence, confirmation_requests, decide
 
     baseline = {**baseline, "model": result.get("model")}
     judgement, violations = assess(result, merged_slos({}), baseline, max_regression=DEFAULT_MAX_REGRESSION,
@@ -126,7 +137,7 @@ def judged(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, 
                 "change": m.get("change"), "low": m.get("low"), "high": m.get("high")}
                for m in judgement.as_dict()["metrics"]]
     return {"action": decision.action, "verdict": decision.verdict, "headline_change": decision.headline_change,
-            "metrics": metrics}
+            "metrics": metrics, "confirm_requests": confirmation_requests(judgement.as_dict(), requests_per_level)}
 
 
 def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -138,6 +149,7 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     from raylift.bench.runner import Arm, run_side_by_side
     from raylift.canary import plan_canary, with_canary, without_canary
     from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
+    from raylift.release import CONFIRM_FACTOR
     from raylift.serve_config import app_by_name, merge_app
 
     current = target.current_serve_config()
@@ -148,6 +160,7 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     target.apply_serve_config(config)
     names = [plan.canary["name"], f"{APP}{FRESH_SUFFIX}"]
     started_s = wait_apps(target, names, running=True)
+    nodes = replica_nodes(target)  # which Ray node each arm's replica got (Ray's scheduler chose)
     serve = client.url
     arms = run_side_by_side(
         {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
@@ -155,6 +168,16 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
          "fresh": Arm(f"{serve}/_baseline/{APP}", MODEL)},
         MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0, engine_metrics=False)
+    vs_fresh = judged(arms["candidate"], arms["fresh"])
+    confirmed = None
+    if vs_fresh["confirm_requests"]:  # raylift's gate: an unclear pilot, the same two arms again at 4x the requests
+        again = run_side_by_side(
+            {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
+             "fresh": Arm(f"{serve}/_baseline/{APP}", MODEL)},
+            MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=vs_fresh["confirm_requests"],
+            max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S * CONFIRM_FACTOR, warmup_requests=0,
+            engine_metrics=False)
+        confirmed = judged(again["candidate"], again["fresh"], vs_fresh["confirm_requests"])
     bench_s = time.monotonic() - t0 - started_s
     now = target.current_serve_config()
     after = without_canary(now, plan)
@@ -162,9 +185,12 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     target.apply_serve_config(after)
     wait_apps(target, names, running=False)
     row = {"kind": kind, "start_s": round(started_s, 1), "bench_s": round(bench_s, 1),
+           "nodes": {"serving": nodes.get(APP), "candidate": nodes.get(plan.canary["name"]),
+                     "fresh": nodes.get(f"{APP}{FRESH_SUFFIX}")},
            "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
            "vs_serving": judged(arms["candidate"], arms["serving"]),
-           "vs_fresh": judged(arms["candidate"], arms["fresh"]),
+           "vs_fresh": vs_fresh,
+           "gate": {**(confirmed or vs_fresh), "confirmed": confirmed is not None},
            "aa_fresh_vs_serving": judged(arms["fresh"], arms["serving"])}
     samples = {"kind": kind, **{a: levels_samples(r) for a, r in arms.items()}}
     return row, samples
@@ -174,7 +200,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     same = [r for r in rows if r["kind"] in ("copy", "seed")]
     slow = [r for r in rows if r["kind"] == "slower"]
-    for design in ("vs_serving", "vs_fresh"):
+    for design in ("vs_serving", "vs_fresh", "gate"):
+        if not all(design in r for r in rows):
+            continue
         fr = sum(1 for r in same if r[design]["action"] != "promote")
         det = sum(1 for r in slow if r[design]["action"] != "promote")
         heads_same = [r[design]["headline_change"] for r in same if r[design]["headline_change"] is not None]
@@ -187,6 +215,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "slower_rejected_rate": det / len(slow) if slow else None,
             "slower_rejected_interval_95": clopper_pearson(det, len(slow)) if slow else None,
             "same_speed_headline_mean": _mean(heads_same), "same_speed_headline_sd": _sd(heads_same),
+            **({"confirmed_same_speed": sum(1 for r in same if r[design]["confirmed"]),
+                "confirmed_slower": sum(1 for r in slow if r[design]["confirmed"])} if design == "gate" else {}),
             "slower_headline_mean": _mean(heads_slow), "slower_headline_sd": _sd(heads_slow),
         }
     aa = [r["aa_fresh_vs_serving"]["headline_change"] for r in rows if r["aa_fresh_vs_serving"]["headline_change"]
@@ -213,7 +243,9 @@ def main() -> int:
     ap.add_argument("--same", type=int, default=30, help="same-speed releases (copy and seed, alternating)")
     ap.add_argument("--slow", type=int, default=10, help="slower releases")
     ap.add_argument("--slow-layers", type=int, default=8, help="layers of the slower model (the serving one has 2)")
+    ap.add_argument("--out", type=Path, default=OUT, help="the results JSON (its samples beside it, .samples.json.gz)")
     args = ap.parse_args()
+    samples_path = SAMPLES if args.out == OUT else args.out.with_suffix(".samples.json.gz")
     from raylift.targets.local import LocalTarget
 
     tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
@@ -233,7 +265,7 @@ def main() -> int:
         models = home / "models"
         slow_model = models / f"tiny-{args.slow_layers}-layers"
         make_model(slow_model, seed=0, layers=args.slow_layers)
-        with Client(serve) as client, gzip.open(SAMPLES, "wt") as samples_out:
+        with Client(serve) as client, gzip.open(samples_path, "wt") as samples_out:
             time.sleep(5)
             for i, kind in enumerate(order):
                 path = None
@@ -244,9 +276,10 @@ def main() -> int:
                 row, samples = release(target, kind, path, client)
                 rows.append({"i": i, **row})
                 samples_out.write(json.dumps({"i": i, **samples}) + "\n")
-                print(json.dumps({"i": i, "kind": kind, "seconds": row["seconds"],
+                print(json.dumps({"i": i, "kind": kind, "seconds": row["seconds"], "nodes": row["nodes"],
                                   **{d: (row[d]["action"], row[d]["verdict"], _r(row[d]["headline_change"]))
-                                     for d in ("vs_serving", "vs_fresh", "aa_fresh_vs_serving")}}), flush=True)
+                                     for d in ("vs_serving", "vs_fresh", "gate", "aa_fresh_vs_serving")},
+                                  "confirmed": row["gate"]["confirmed"]}), flush=True)
                 write(rows, args, client, t0)
             client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
         write(rows, args, client, t0, client_total)
@@ -285,8 +318,8 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, client: Client, 
            "load_average": os.getloadavg(), "slow_layers": args.slow_layers,
            "seconds": round(time.monotonic() - t0), "summary": summary(rows), "releases": rows,
            "client": client_total or {"sent": client.sent, "failed": len(client.failures)}}
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(out, indent=1))
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -174,3 +174,37 @@ def test_a_sequence_of_slowdowns_is_stopped_by_the_chain() -> None:
         links = next_anchor_links(links, d)
     assert actions == [PROMOTE, ROLL_BACK, ROLL_BACK]
     assert links == (pytest.approx(0.06),)
+
+
+def test_against_a_fresh_replica_of_the_anchor_the_headline_is_the_change_since_the_anchor() -> None:
+    """Issue 45: a canary judged against a fresh replica of the anchor's config compounds no chain (its noise would
+    grow with it): the headline is the cumulative change, and the chain after a promote is that one change."""
+    chain = (0.05, 0.03)
+    served = decide(ev(judgement=judgement("inconclusive", 0.04), anchor_links=chain, on_inconclusive="pass",
+                       baseline_runs="fresh-anchor"))
+    assert served.action == PROMOTE and served.against_anchor
+    assert served.cumulative_change == pytest.approx(0.04)  # not 1.05 * 1.03 * 1.04 - 1
+    assert any("fresh replica of the anchor's config" in r for r in served.reasons), served.reasons
+    assert next_anchor_links(chain, served) == (pytest.approx(0.04),)
+    over = decide(ev(judgement=judgement("inconclusive", 0.095), anchor_links=(), on_inconclusive="pass",
+                     baseline_runs="fresh-anchor"))
+    assert over.action == ROLL_BACK and over.verdict == "cumulative regression"
+    assert "measured against a fresh replica of the anchor's config" in over.reasons[0]
+    # judged against what serves (or a fresh replica of the serving config), the chain compounds as before
+    for runs in ("serving", "fresh-serving"):
+        compounded = decide(ev(judgement=judgement("inconclusive", 0.04), anchor_links=chain, on_inconclusive="pass",
+                               baseline_runs=runs))
+        assert compounded.cumulative_change == pytest.approx(1.05 * 1.03 * 1.04 - 1) and not compounded.against_anchor
+    with pytest.raises(RayliftValueError, match="baseline_runs 'stale' is not one of"):
+        decide(ev(baseline_runs="stale"))
+
+
+def test_a_pilot_is_measured_again_only_inside_the_unclear_band() -> None:
+    """Issue 45: +3 % < pilot headline <= +25 %: 4x the requests; outside it (or unmeasured) the pilot decides."""
+    from raylift.release import confirmation_requests
+
+    assert confirmation_requests(judgement("inconclusive", 0.05), 128) == 512
+    assert confirmation_requests(judgement("regressed", 0.25), 16) == 64
+    for clear in (-0.2, 0.0, 0.03, 0.26, 2.0):
+        assert confirmation_requests(judgement("inconclusive", clear), 128) is None, clear
+    assert confirmation_requests({"verdict": "failed", "metrics": []}, 128) is None

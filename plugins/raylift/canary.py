@@ -11,6 +11,19 @@ replica's capacity of the serving app when that app has 2 or more fixed replicas
 ``num_replicas`` change: Serve drains the replica, no request fails) and gives it back when the canary goes;
 otherwise the release is refused before anything is applied, naming the numbers.
 
+The baseline arm: when there is room for one more replica beside the canary, a fresh replica of the anchor's
+config (or of the serving config, when no anchor config is recorded) runs as ``<app>-baseline`` (one replica,
+at ``/_baseline/<app>``), and the canary is judged against it, not against the serving app. Both arms are then
+equally new and neither carries user traffic: on the real stack a fresh replica of the serving config measured
++54 % slower than the serving app itself (A/A), which rolled back unchanged releases (``bench/gate_real_aa.py``). Without room,
+or when a user's app holds the name, the serving app is the baseline as before, and the plan says why.
+
+The baseline is optional to the release: it is written only once the canary is RUNNING (:func:`with_baseline`,
+a second write), so it never takes the canary's room, and it gets a bounded wait. Ray's scheduler is the judge
+of room: the fit check counts what the apps declare, and a cluster whose free CPUs are fewer than that (a vLLM
+engine's own actors) cannot place it. A baseline that is not RUNNING in time is removed and the serving app is
+the baseline arm (:func:`without_fresh_baseline`, the reason in ``baseline_note``).
+
 Pure config transformations: the operators read the cluster, write under its lease and wait.
 """
 
@@ -18,13 +31,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from raylift.errors import RayliftValueError, ServeFitError
+from raylift.release import FRESH_ANCHOR, FRESH_SERVING, SERVING
 from raylift.serve_config import app_by_name, merge_app
 
 CANARY_SUFFIX = "-canary"
+BASELINE_SUFFIX = "-baseline"
 CANARY_REPLICAS = 1
 RELEASES = ("canary", "direct")
 
@@ -45,14 +60,24 @@ def canary_route(app_name: str) -> str:
     return f"/_canary/{app_name}"
 
 
+def baseline_name(app_name: str) -> str:
+    return f"{app_name}{BASELINE_SUFFIX}"
+
+
+def baseline_route(app_name: str) -> str:
+    return f"/_baseline/{app_name}"
+
+
 @dataclass(frozen=True)
 class CanaryPlan:
     """What a canary release runs while it is judged, and what it needs to promote or undo itself.
 
     ``candidate`` is the app entry as it will serve once promoted (its name, route and replicas);
     ``canary`` the same code and args as a 1-replica app of its own; ``serving`` the serving app as it runs
-    while the canary does (one replica fewer when ``lent``); ``baseline_scale``: the serving app's replicas
-    then, the load factor that gives both arms the same load per replica."""
+    while the canary does (one replica fewer when ``lent``); ``baseline_scale``: the baseline arm's replicas,
+    the load factor that gives both arms the same load per replica. ``baseline``: the fresh baseline app
+    (None: the serving app is the baseline arm), ``baseline_runs`` what it runs (``raylift.release``'s
+    ``fresh-anchor``, ``fresh-serving`` or ``serving``), ``baseline_note`` why, when it is the serving app."""
 
     app_name: str
     candidate: dict[str, Any]
@@ -61,6 +86,9 @@ class CanaryPlan:
     serving_before: dict[str, Any]
     lent: int
     baseline_scale: int
+    baseline: dict[str, Any] | None = None
+    baseline_runs: str = "serving"
+    baseline_note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +120,14 @@ def canary_app(candidate: dict[str, Any], app_name: str) -> dict[str, Any]:
     return app
 
 
+def fresh_baseline_app(source: dict[str, Any], app_name: str) -> dict[str, Any]:
+    """``source`` (the anchor's or the serving app's entry) as a 1-replica app of its own: the baseline arm."""
+    app = canary_app(source, app_name)
+    app["name"] = baseline_name(app_name)
+    app["route_prefix"] = baseline_route(app_name)
+    return app
+
+
 def lend_one(serving: dict[str, Any]) -> dict[str, Any]:
     """The serving app with one replica fewer per deployment (a lightweight change: no replica restarts)."""
     app = copy.deepcopy(serving)
@@ -105,9 +141,48 @@ def plan_canary(
     current: dict[str, Any],
     app_name: str,
     fits: Callable[[dict[str, Any], list[dict[str, Any]]], Any],
+    *,
+    anchor_app: dict[str, Any] | None = None,
 ) -> CanaryPlan:
     """Where the canary runs: beside the serving app if ``fits(canary, other_apps)`` passes (it raises
-    ServeFitError otherwise), else on one replica lent by the serving app; CanaryRoomError when neither."""
+    ServeFitError otherwise), else on one replica lent by the serving app; CanaryRoomError when neither. Then
+    the baseline arm (:func:`with_fresh_baseline`): a fresh replica of ``anchor_app`` (the anchor's entry, when
+    recorded) or of the serving app, where it fits beside both."""
+    plan = _place_canary(candidate, current, app_name, fits)
+    return with_fresh_baseline(plan, current, fits, anchor_app)
+
+
+def with_fresh_baseline(plan: CanaryPlan, current: dict[str, Any],
+                        fits: Callable[[dict[str, Any], list[dict[str, Any]]], Any],
+                        anchor_app: dict[str, Any] | None) -> CanaryPlan:
+    """``plan`` with a fresh baseline app where one fits beside the serving app and the canary (never on a
+    lent replica); the serving app stays the baseline arm otherwise, and ``baseline_note`` says why."""
+    name = baseline_name(plan.app_name)
+    if plan.lent:
+        return replace(plan, baseline_note="no room for a fresh baseline replica: the canary runs on a replica "
+                                           "the serving app lent, so the serving app is the baseline arm")
+    taken = app_by_name(current, name)
+    if taken is not None:
+        return replace(plan, baseline_note=f"app {name!r} already runs on the cluster and is not this release's: "
+                                           "raylift leaves it alone, so the serving app is the baseline arm")
+    source, runs = (anchor_app, FRESH_ANCHOR) if anchor_app else (plan.serving, FRESH_SERVING)
+    baseline = fresh_baseline_app(source, plan.app_name)
+    others = [plan.serving if a.get("name") == plan.app_name else a for a in current.get("applications", [])
+              if a.get("name") not in (name, plan.canary["name"])]
+    try:
+        fits(baseline, [*others, plan.canary])
+    except ServeFitError as exc:
+        return replace(plan, baseline_note=f"no room for a fresh baseline replica beside the canary ({exc}): "
+                                           "the serving app is the baseline arm")
+    return replace(plan, baseline=baseline, baseline_runs=runs, baseline_scale=1)
+
+
+def _place_canary(
+    candidate: dict[str, Any],
+    current: dict[str, Any],
+    app_name: str,
+    fits: Callable[[dict[str, Any], list[dict[str, Any]]], Any],
+) -> CanaryPlan:
     serving = app_by_name(current, app_name)
     if serving is None:
         raise ValueError(f"app {app_name!r} is not serving: a first deploy needs no canary")
@@ -150,16 +225,49 @@ def plan_canary(
 
 
 def with_canary(current: dict[str, Any], plan: CanaryPlan, defaults: dict[str, Any]) -> dict[str, Any]:
-    """The cluster's config while the canary runs: the serving app (lent from, or as it was) plus the canary."""
+    """The cluster's config while the canary starts: the serving app (lent from, or as it was) plus the canary
+    (its fresh baseline comes in a second write, :func:`with_baseline`, once the canary is RUNNING)."""
     config = merge_app(current, plan.serving, defaults=defaults)
     return merge_app(config, plan.canary, defaults=defaults)
+
+
+def with_baseline(current: dict[str, Any], plan: CanaryPlan) -> dict[str, Any]:
+    """``current`` (the canary RUNNING) plus the plan's fresh baseline app."""
+    if plan.baseline is None:
+        raise ValueError("the plan has no fresh baseline app")
+    return merge_app(current, plan.baseline, defaults=current)
+
+
+def without_baseline(current: dict[str, Any], plan: CanaryPlan) -> dict[str, Any]:
+    """``current`` without the plan's fresh baseline app (the canary and the serving app as they are)."""
+    config = copy.deepcopy(current)
+    gone = plan.baseline["name"] if plan.baseline else None
+    config["applications"] = [a for a in config.get("applications", []) if a.get("name") != gone]
+    return config
+
+
+def uses_fresh_baseline(plan: CanaryPlan) -> bool:
+    """Whether the canary is judged against the plan's fresh baseline app (not the serving app)."""
+    return plan.baseline is not None and plan.baseline_runs != SERVING
+
+
+def without_fresh_baseline(plan: CanaryPlan, why: str) -> CanaryPlan:
+    """``plan`` judged against the serving app, ``why`` recorded. The baseline app stays in the plan (what the
+    release may have started): rollback and promote still remove it, and nothing else by that name."""
+    return replace(plan, baseline_runs=SERVING, baseline_note=why,
+                   baseline_scale=max(fixed_replicas(plan.serving) or 1, 1))
+
+
+def release_apps(plan: CanaryPlan) -> set[str]:
+    """The apps this release started beside the serving app: the canary and its fresh baseline."""
+    return {plan.canary["name"], *([plan.baseline["name"]] if plan.baseline else [])}
 
 
 def without_canary(current: dict[str, Any], plan: CanaryPlan) -> dict[str, Any]:
     """``current`` without the canary app, and with a lent replica given back to the serving app when it still
     runs the lent version (an app someone changed since is left as it is)."""
     config = copy.deepcopy(current)
-    apps = [a for a in config.get("applications", []) if a.get("name") != plan.canary["name"]]
+    apps = [a for a in config.get("applications", []) if a.get("name") not in release_apps(plan)]
     if plan.lent:
         apps = [copy.deepcopy(plan.serving_before) if a.get("name") == plan.app_name and _same_version(a, plan.serving)
                 else a for a in apps]
@@ -172,7 +280,7 @@ def promoted(current: dict[str, Any], plan: CanaryPlan, surge_app: dict[str, Any
     with its rollout's ``max_surge_percent``), in one write: Serve starts the new replicas before it stops
     the old ones, on the capacity the canary gives back."""
     config = copy.deepcopy(current)
-    config["applications"] = [a for a in config.get("applications", []) if a.get("name") != plan.canary["name"]]
+    config["applications"] = [a for a in config.get("applications", []) if a.get("name") not in release_apps(plan)]
     return merge_app(config, surge_app, defaults=config)
 
 

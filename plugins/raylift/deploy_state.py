@@ -92,16 +92,18 @@ class DeploymentState:
         return self.store.read_json(f"{self.prefix}/canary/{_RUN_SAFE.sub('_', run_id)}.json")
 
     def anchor(self) -> dict[str, Any] | None:
-        """``{"run_id", "links", "benchmark", "recorded_at"}``: the last release whose verdict was a pass (never
+        """``{"run_id", "links", "benchmark", "app", "recorded_at"}``: the last release whose verdict was a pass (never
         an inconclusive one), its benchmark (a direct release's baseline), and the headline changes of the
         releases promoted since it (``raylift.release.next_anchor_links``)."""
         return self.store.read_json(f"{self.prefix}/anchor.json")
 
-    def write_anchor(self, run_id: str, links: list[float], benchmark: dict[str, Any] | None) -> None:
+    def write_anchor(self, run_id: str, links: list[float], benchmark: dict[str, Any] | None,
+                     app: dict[str, Any] | None = None) -> None:
+        """``app``: the anchor's own app entry, which a canary's fresh baseline arm runs (``raylift.canary``)."""
         self.store.write_json(
             f"{self.prefix}/anchor.json",
             {"run_id": run_id, "links": list(links), "benchmark": benchmark,
-             "recorded_at": datetime.now(UTC).isoformat()},
+             **({"app": app} if app else {}), "recorded_at": datetime.now(UTC).isoformat()},
         )
 
     def _hold_key(self, run_id: str) -> str:

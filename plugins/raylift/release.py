@@ -24,6 +24,18 @@ The rules, in order (the first that applies decides):
    rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
 7. ``pass``: promote; it becomes the anchor (the chain starts again from it).
 
+What the baseline arm ran (:attr:`ReleaseEvidence.baseline_runs`): ``fresh-anchor``, a fresh replica of the
+anchor's own config started beside the canary (Kayenta's baseline: as new as the canary, carrying no user
+traffic), so the headline *is* the change since the anchor and no chain is compounded (its noise does not grow
+with the chain); ``fresh-serving``, a fresh replica of the serving config (the chain compounds as below); or
+``serving``, the serving app itself under its live traffic (no room for a fresh replica, or a direct release's
+stored anchor samples). On the real stack a fresh replica of the serving config measured +54 % slower than the
+serving app itself (A/A), so an unchanged canary judged against it was rolled back (``bench/gate_real_aa.py``).
+
+Which measurement is the evidence (:func:`confirmation_requests`): a canary's first side-by-side measurement is a
+pilot; when its headline is not clear (between :data:`CONFIRM_ABOVE` and :data:`PILOT_DECIDES_ABOVE`) the same
+two arms are measured again at :data:`CONFIRM_FACTOR` times the requests, and only that measurement is judged.
+
 Rule 0, before rules 2-7: a **new anchor asked for** (``regression_baseline: none``; the evidence names who
 asked, the run's triggering user and run id as Airflow gives them): smoke, SLOs and a side-by-side judgement
 that ``failed`` or ``regressed`` still roll back; otherwise the release is promoted and becomes the anchor, the
@@ -37,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from raylift.config import DEFAULT_MAX_CUMULATIVE_REGRESSION, DEFAULT_ON_INCONCLUSIVE
@@ -53,12 +65,27 @@ PASS, REGRESSED, INCONCLUSIVE, FAILED, NEW_BASELINE = "pass", "regressed", "inco
 SMOKE_FAILED, SLO_VIOLATED, CUMULATIVE_REGRESSION = "smoke failed", "slo violated", "cumulative regression"
 NOT_JUDGED = "not judged"
 
+# What the baseline arm of a release ran (ReleaseEvidence.baseline_runs)
+FRESH_ANCHOR, FRESH_SERVING, SERVING = "fresh-anchor", "fresh-serving", "serving"
+BASELINE_RUNS = (FRESH_ANCHOR, FRESH_SERVING, SERVING)
+
 # The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back. Below 0.10 on
 # purpose: a release exactly 10 % slower has a headline above 0.10 only half the time. In
 # bench/gate_error_rates.py (this machine's slow spells, canary and serving app side by side, 128 requests per
 # level, tolerance 0.10) 0.09 rejected 0-0.3 % of unchanged candidates and 64 % of 10 % slower ones; 0.10
 # caught 52 %, 0.08 caught 73-75 % but falsely stopped more sequences of unchanged releases (the chain adds
 # each promoted release's measurement noise until a "pass" resets it).
+# A canary's side-by-side measurement is a pilot when its headline is above CONFIRM_ABOVE: the comparison is then
+# measured again at CONFIRM_FACTOR x the requests per level, and that measurement alone is the release's evidence
+# (the pilot is kept for the record). On the noise model fitted to real replicas (bench/gate_calibration.py,
+# bench/gate_error_rates.py --calibrated) 128 requests per level left a headline SD of 5.5 %: 5 % of unchanged
+# releases rejected, 29 % of five-release sequences falsely stopped; 512 met every target (0.5 %, 3.5 %), and the
+# pilot keeps most releases at 128 (an unchanged one is confirmed about 3 times in 10).
+# A pilot headline above PILOT_DECIDES_ABOVE decides as it is: a slowdown that large is not noise (4.5 SDs of the
+# pilot's on real replicas), and measuring it again would only keep a bad candidate up longer.
+CONFIRM_ABOVE = 0.03
+PILOT_DECIDES_ABOVE = 0.25
+CONFIRM_FACTOR = 4
 # The metric the headline reads: end-to-end latency, what a user waits for (TTFT plus every token after it).
 HEADLINE_METRIC = "e2e_ms"
 HEADLINE_FALLBACK = "output_tokens_per_s"  # the same slowdown seen from the other side, when e2e is missing
@@ -77,7 +104,9 @@ class ReleaseEvidence:
     :param on_inconclusive: ``hold`` (ask a person), ``pass`` (promote) or ``fail`` (roll back).
     :param approval: the person's answer to a hold, ``approve`` or ``reject``; None: not asked (yet).
     :param new_anchor_by: ``regression_baseline: none`` was asked, by whom (e.g. "user 'admin', run
-        manual__1"); None: judged against the anchor."""
+        manual__1"); None: judged against the anchor.
+    :param baseline_runs: what the baseline arm ran: ``fresh-anchor`` (the judgement's change is the change
+        since the anchor: ``anchor_links`` are not compounded), ``fresh-serving`` or ``serving``."""
 
     first_deploy: bool
     smoke_passed: bool
@@ -88,6 +117,7 @@ class ReleaseEvidence:
     on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
     approval: str | None = None
     new_anchor_by: str | None = None
+    baseline_runs: str = SERVING
 
 
 @dataclass(frozen=True)
@@ -95,7 +125,8 @@ class ReleaseDecision:
     """What to do with the candidate, why (each reason names its numbers), and what the anchor chain becomes.
 
     ``headline_change`` is this release's change against what serves, ``cumulative_change`` the compounded
-    change since the anchor with this release included (ratio - 1; + is slower); None when not measured."""
+    change since the anchor with this release included (ratio - 1; + is slower); None when not measured.
+    ``against_anchor``: the headline was measured against the anchor's own config (it is the cumulative change)."""
 
     action: str
     verdict: str
@@ -104,6 +135,7 @@ class ReleaseDecision:
     cumulative_change: float | None
     becomes_anchor: bool
     new_anchor_by: str | None = None
+    against_anchor: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -157,6 +189,17 @@ def _pooled(values: Sequence[tuple[float, float]]) -> float:
     return sum(c for c, _ in values) / len(values)
 
 
+def confirmation_requests(judgement: Mapping[str, Any], requests_per_level: int) -> int | None:
+    """The requests per level to measure a canary's comparison again with, when ``judgement`` (the pilot's) is not
+    clear enough to decide on: its headline above :data:`CONFIRM_ABOVE` and at most :data:`PILOT_DECIDES_ABOVE`.
+    None: the pilot is the evidence (its headline is outside that band, or there is none: a failed measurement
+    decides as it is)."""
+    headline = headline_change(judgement)
+    if headline is None or not CONFIRM_ABOVE < headline <= PILOT_DECIDES_ABOVE:
+        return None
+    return CONFIRM_FACTOR * int(requests_per_level)
+
+
 def compound(changes: Sequence[float]) -> float:
     """Changes (ratio - 1) one after another: ``prod(1 + x) - 1``."""
     return math.prod(1 + x for x in changes) - 1
@@ -172,6 +215,8 @@ def next_anchor_links(links: tuple[float, ...], decision: ReleaseDecision) -> tu
         return ()
     if decision.headline_change is None:
         return links
+    if decision.against_anchor:  # measured against the anchor's own config: the one link is the whole change
+        return (decision.headline_change,)
     return (*links, decision.headline_change)
 
 
@@ -190,6 +235,8 @@ def _check(evidence: ReleaseEvidence) -> None:
             "than the anchor in all)")
     bad = [x for x in evidence.anchor_links
            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= -1]
+    if evidence.baseline_runs not in BASELINE_RUNS:
+        raise RayliftValueError(f"baseline_runs {evidence.baseline_runs!r} is not one of {list(BASELINE_RUNS)}")
     if evidence.new_anchor_by is not None and not str(evidence.new_anchor_by).strip():
         raise RayliftValueError("new_anchor_by is empty: a new anchor (regression_baseline 'none') names who asked")
     if bad:
@@ -204,9 +251,16 @@ def _pct(x: float) -> str:
 def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     """The release decision from ``evidence`` (the module docstring's rules, in order).
 
-    :raises RayliftValueError: ``on_inconclusive``, ``approval``, ``max_cumulative_regression`` or
-        ``anchor_links`` is not a value allowed."""
+    :raises RayliftValueError: ``on_inconclusive``, ``approval``, ``max_cumulative_regression``,
+        ``baseline_runs`` or ``anchor_links`` is not a value allowed."""
     _check(evidence)
+    decision = _decide(evidence)
+    if evidence.baseline_runs == FRESH_ANCHOR and decision.headline_change is not None:
+        return replace(decision, against_anchor=True)
+    return decision
+
+
+def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     if evidence.first_deploy:
         if not evidence.smoke_passed:
             return ReleaseDecision(ROLL_BACK, SMOKE_FAILED, ("first deploy: the smoke test failed",),
@@ -221,11 +275,16 @@ def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
         return ReleaseDecision(ROLL_BACK, SMOKE_FAILED, ("the candidate's smoke test failed",), None, None, False)
     judgement = evidence.judgement or {}
     headline = headline_change(judgement) if judgement else None
-    chain = evidence.anchor_links
+    against_anchor = evidence.baseline_runs == FRESH_ANCHOR
+    chain = () if against_anchor else evidence.anchor_links
     cumulative = compound((*chain, headline)) if headline is not None else None
     measured: list[str] = []
-    if headline is not None and cumulative is not None:
-        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against what serves; "
+    if headline is not None and cumulative is not None and against_anchor:
+        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against a fresh replica of "
+                        "the anchor's config started beside the canary: the change since the anchor")
+    elif headline is not None and cumulative is not None:
+        measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against "
+                        f"{'a fresh replica of the serving config' if evidence.baseline_runs == FRESH_SERVING else 'what serves'}; "
                         f"{_pct(cumulative)} since the anchor ({_chain(chain, headline)})")
     if evidence.slo_violations:
         return ReleaseDecision(ROLL_BACK, SLO_VIOLATED, (*evidence.slo_violations, *measured), headline,
@@ -247,7 +306,9 @@ def decide(evidence: ReleaseEvidence) -> ReleaseDecision:
         return ReleaseDecision(
             ROLL_BACK, CUMULATIVE_REGRESSION,
             (f"{_pct(cumulative)} slower than the anchor (the last release that passed) in all: "
-             f"{_chain(chain, headline)}, above the cumulative limit {_pct(limit)} (judgement: {verdict})",),
+             + ("measured against a fresh replica of the anchor's config" if against_anchor
+                else _chain(chain, headline))
+             + f", above the cumulative limit {_pct(limit)} (judgement: {verdict})",),
             headline, cumulative, False)
     if verdict == PASS:
         return ReleaseDecision(PROMOTE, PASS, ("judged within the tolerance of what serves on every metric; it "

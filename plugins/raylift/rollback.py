@@ -245,11 +245,15 @@ def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: 
                         + " (no user request reached the canary)")
             # until Serve no longer lists it (DELETING while its replica drains): the release ends with the
             # canary gone and its capacity free for the next one (the undeploy's own wait and condition)
-            gone = target.undeploy_trigger(app_name=str(plan.canary["name"]), timeout_s=CANARY_GONE_TIMEOUT_S)
-            event = gone.wait() if gone is not None else {"status": "success"}
-            if event.get("status") != "success":
-                done.append(f"Serve still lists the canary after {CANARY_GONE_TIMEOUT_S:.0f} s "
-                            f"({event.get('message', event.get('status'))}); it is no longer in the config")
+            baseline = plan.baseline["name"] if plan.baseline else None
+            if baseline and app_by_name(current, baseline) is not None and app_by_name(cleaned, baseline) is None:
+                done.append(f"removed its fresh baseline app {baseline!r}")
+            for app in [plan.canary["name"], *([baseline] if baseline and app_by_name(current, baseline) else [])]:
+                gone = target.undeploy_trigger(app_name=str(app), timeout_s=CANARY_GONE_TIMEOUT_S)
+                event = gone.wait() if gone is not None else {"status": "success"}
+                if event.get("status") != "success":
+                    done.append(f"Serve still lists app {app!r} after {CANARY_GONE_TIMEOUT_S:.0f} s "
+                                f"({event.get('message', event.get('status'))}); it is no longer in the config")
         else:
             done.append(f"the canary app {plan.canary['name']!r} was already gone")
     done.append(restore_unproven(target, state, run_id, app_name))

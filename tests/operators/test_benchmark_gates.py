@@ -379,3 +379,25 @@ def test_the_sweep_param_reaches_the_benchmark(stub: Callable[..., str], state: 
     assert levels in ([1, 2], [1, 2, 4]) and sweep["knee_concurrency"] <= 2, (levels, sweep)
     with pytest.raises(RayliftValueError, match="sweep"):
         benchmark(direct(url), "manual__bad_sweep", sweep={"factor": 1})
+
+
+def test_an_unclear_canary_pilot_is_measured_again_at_four_times_the_requests_which_decides(
+    stub: Callable[..., str], state: DeploymentState
+) -> None:
+    """Issue 45: a pilot headline between +3 % and +25 % is not clear enough on real replicas' noise, so the same
+    two arms are measured again at 4x the requests; a faster candidate's pilot decides as it is."""
+    serving, candidate = stub(**EQUAL), stub(ttft_ms=48, itl_ms=24)  # 20 % slower, no jitter: well inside the band
+    xcoms = XComs()
+    benchmark(canary(candidate, serving), "manual__unclear", xcoms, config=NEW_VERSION, concurrency=[4])
+    result = state.store.read_json(f"{run_key('manual__unclear')}/benchmark.json")
+    base = state.store.read_json(f"{run_key('manual__unclear')}/baseline.json")
+    assert result["pilot"]["requests_per_level"] == 16, result.get("pilot")
+    assert 0.03 < result["pilot"]["headline_change"] <= 0.25, result["pilot"]
+    assert [lv["requests"] for lv in result["levels"]] == [64] == [lv["requests"] for lv in base["levels"]]
+    with pytest.raises(GateError):  # 20 % slower: rolled back on the confirming measurement
+        gate(canary(candidate, serving), "manual__unclear", xcoms, on_inconclusive="fail")
+    assert state.store.read_json(f"{run_key('manual__unclear')}/release.json")["pilot"] == result["pilot"]
+    faster = stub(ttft_ms=20, itl_ms=10)
+    benchmark(canary(faster, serving), "manual__clear", xcoms, config=NEW_VERSION, concurrency=[4])
+    clear = state.store.read_json(f"{run_key('manual__clear')}/benchmark.json")
+    assert "pilot" not in clear and [lv["requests"] for lv in clear["levels"]] == [16]

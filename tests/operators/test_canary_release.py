@@ -25,7 +25,7 @@ from raylift.targets.local import LocalTarget
 from tests.fixtures.serve_standin import ServeStandin, serve_standin
 from tests.operators.test_benchmark_gates import XComs
 
-APP, CANARY = "translator", "translator-canary"
+APP, CANARY, BASELINE = "translator", "translator-canary", "translator-baseline"
 FIRST = ReleaseEvidence(first_deploy=True, smoke_passed=True, slo_violations=(), judgement=None)
 PASSED = ReleaseEvidence(first_deploy=False, smoke_passed=True, slo_violations=(),
                          judgement={"verdict": "pass", "metrics": []})
@@ -91,11 +91,18 @@ def test_a_changed_app_starts_as_a_canary_beside_the_serving_app_which_stays_byt
     assert out["release"] == "canary" and out["canary_app"] == CANARY and out["lent"] == 0, out
     assert out["route_prefix"] == "/_canary/translator" and out["endpoint"].endswith("/_canary/translator")
     assert out["baseline_scale"] == 1 and out["baseline_endpoint"] != out["endpoint"]
-    assert len(serve.puts) == puts + 1 and names(serve) == [APP, CANARY]
+    # two writes: the canary first (the baseline never takes its room), then, once it is RUNNING, the baseline
+    assert len(serve.puts) == puts + 2 and names(serve) == [APP, CANARY, BASELINE]
+    assert [a["name"] for a in serve.puts[puts]["applications"]] == [APP, CANARY]
     assert json.dumps(serve.app(APP)) == serving  # users' app: not one byte changed
     canary = serve.app(CANARY)
     assert canary["args"]["model"] == "/store/b" and canary["route_prefix"] == "/_canary/translator"
     assert [d["num_replicas"] for d in canary["deployments"]] == [1]
+    # the baseline arm: a fresh replica of the anchor's own config (r1's), beside the canary, no user traffic
+    fresh = serve.app(BASELINE)
+    assert fresh["args"]["model"] == "/store/a" and fresh["route_prefix"] == "/_baseline/translator"
+    assert [d["num_replicas"] for d in fresh["deployments"]] == [1]
+    assert out["baseline_endpoint"].endswith("/_baseline/translator") and out["baseline_runs"] == "fresh-anchor"
     assert state(tmp_path).canary("r2")["canary"]["name"] == CANARY  # saved before the write: rollback's plan
 
 
@@ -107,7 +114,7 @@ def test_promote_makes_the_app_the_candidate_and_removes_the_canary_in_one_write
     out = deploy("/store/b", "r2", xcoms)
     puts = len(serve.puts)
     done = promote("r2", xcoms, out)
-    assert len(serve.puts) == puts + 1 and names(serve) == [APP]  # one write: canary gone, app rolled
+    assert len(serve.puts) == puts + 1 and names(serve) == [APP]  # one write: canary and baseline gone, app rolled
     app = serve.app(APP)
     assert app["args"]["model"] == "/store/b" and app["route_prefix"] == "/"
     assert app["deployments"][0]["max_surge_percent"] > 0  # start-before-stop on the room the canary gave back
@@ -124,7 +131,8 @@ def test_rollback_removes_the_canary_and_the_serving_app_is_untouched(serve: Ser
     puts = len(serve.puts)
     action = rollback("r2")  # the gate rejected it (or smoke/benchmark failed): the rollback step runs
     assert "removed the canary app 'translator-canary'" in action and "gave" not in action, action
-    assert len(serve.puts) == puts + 1 and names(serve) == [APP]
+    assert "removed its fresh baseline app 'translator-baseline'" in action, action
+    assert len(serve.puts) == puts + 1 and names(serve) == [APP]  # the fresh baseline replica went with it
     assert json.dumps(serve.app(APP)) == serving
     assert "already gone" in rollback("r2") and len(serve.puts) == puts + 1  # idempotent
     assert state(tmp_path).last_good()["run_id"] == "r1"
@@ -283,3 +291,77 @@ def test_promote_keeps_a_hand_scale_up_of_the_serving_app_made_during_the_canary
     app = serve.app(APP)
     assert names(serve) == [APP] and app["args"]["model"] == "/store/b"
     assert [d["num_replicas"] for d in app["deployments"]] == [3], app["deployments"]
+
+
+def test_without_room_for_a_fresh_baseline_the_serving_app_is_the_baseline_arm_and_the_record_says_why(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    serve.cpus = 1.0  # the serving replica and the canary (0.5 CPU each), not a third
+    first_release()
+    out = deploy("/store/b", "r2", XComs())
+    assert names(serve) == [APP, CANARY] and out["lent"] == 0
+    assert out["baseline_runs"] == "serving" and out["baseline_app"] == APP and not out["baseline_endpoint"].endswith(
+        "/_baseline/translator")
+    assert "no room for a fresh baseline replica beside the canary" in out["baseline_note"]
+    assert "cluster has 1" in out["baseline_note"], out["baseline_note"]
+
+
+def test_a_users_app_named_like_the_baseline_is_left_alone(serve: ServeStandin, tmp_path: Path) -> None:
+    first_release()
+    theirs = copy.deepcopy(serve.app(APP))
+    theirs.update(name=BASELINE, route_prefix="/theirs")
+    config = copy.deepcopy(serve.config)
+    config["applications"].append(theirs)
+    LocalTarget().apply_serve_config(config)
+    out = deploy("/store/b", "r2", XComs())
+    assert out["baseline_runs"] == "serving" and "not this release's" in out["baseline_note"]
+    assert json.dumps(serve.app(BASELINE)) == json.dumps(theirs)
+    rollback("r2")
+    assert sorted(names(serve)) == [APP, BASELINE] and json.dumps(serve.app(BASELINE)) == json.dumps(theirs)
+
+
+def test_an_anchor_recorded_without_its_app_gets_a_fresh_replica_of_the_serving_config(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    first_release()
+    anchor = state(tmp_path).anchor()
+    assert anchor["app"]["args"]["model"] == "/store/a"  # promote records the anchor's own app entry
+    state(tmp_path).write_anchor(anchor["run_id"], [0.02], anchor["benchmark"])  # as state from before
+    out = deploy("/store/b", "r2", XComs())
+    assert out["baseline_runs"] == "fresh-serving" and serve.app(BASELINE)["args"]["model"] == "/store/a"
+
+
+def test_a_baseline_ray_cannot_place_is_removed_and_the_serving_app_is_the_baseline_arm(
+    serve: ServeStandin, tmp_path: Path
+) -> None:
+    """The fit check counts what apps declare; Ray's scheduler decides (lane 2 of session 31: a baseline the fit
+    check had room for was never placed). Serve's own "not scheduled" message ends the wait, not its timeout."""
+    first_release()
+    serving = json.dumps(serve.app(APP))
+    serve.unschedulable = {BASELINE}
+    started = time.monotonic()
+    out = deploy("/store/b", "r2", XComs())
+    assert time.monotonic() - started < 60  # Serve's message ended the wait (its bound is 120 s)
+    assert names(serve) == [APP, CANARY] and json.dumps(serve.app(APP)) == serving
+    assert out["baseline_runs"] == "serving" and out["baseline_app"] == APP and out["canary_app"] == CANARY
+    assert "not RUNNING" in out["baseline_note"] and "to be scheduled" in out["baseline_note"], out["baseline_note"]
+    assert state(tmp_path).canary("r2")["baseline_runs"] == "serving"  # the plan rollback and the gate read
+    rollback("r2")
+    assert names(serve) == [APP] and json.dumps(serve.app(APP)) == serving
+
+
+def test_promote_counts_the_room_the_fresh_baseline_gives_back(serve: ServeStandin, tmp_path: Path) -> None:
+    """Serving, canary and fresh baseline fill the cluster (0.5 CPU each of 1.5): the promote's one write removes
+    the canary and the baseline, so its 2 start-before-stop surge replicas fit in what both give back."""
+    from raylift.operators.promote import PromoteReleaseOperator
+
+    serve.cpus = 1.5
+    first_release()
+    xcoms = XComs()
+    out = deploy("/store/b", "r2", xcoms)
+    assert out["baseline_runs"] == "fresh-anchor" and names(serve) == [APP, CANARY, BASELINE]
+    xcoms[("gate", "decision")] = decide(PASSED).as_dict()
+    PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=out, deferrable=False, timeout_s=30,
+                           surge_replicas=2).execute(xcoms.context("r2", "promote"))
+    app = serve.app(APP)
+    assert names(serve) == [APP] and app["deployments"][0]["max_surge_percent"] > 0, app["deployments"]

@@ -110,8 +110,11 @@ def test_a_deploy_racing_another_writer_fails_naming_the_conflict_and_reverts_no
         real_check = deploy_mod.ServeDeployOperator.check_fit
 
         def check_then_other_writer(self: Any, app: dict, current: dict) -> None:
-            real_check(self, app, current)  # while this deploy validates, another app is deployed
-            LocalTarget().apply_serve_config(merge_app(current, named("chat", "/chat"), defaults=current))
+            real_check(self, app, current)  # while this deploy validates, another app is deployed (once, onto
+            # what the cluster runs: the later fit checks of the canary and its baseline see hypothetical configs)
+            live = LocalTarget().current_serve_config()
+            if not any(a["name"] == "chat" for a in live["applications"]):
+                LocalTarget().apply_serve_config(merge_app(live, named("chat", "/chat"), defaults=live))
 
         monkeypatch.setattr(deploy_mod.ServeDeployOperator, "check_fit", check_then_other_writer)
         with pytest.raises(ServeConfigConflictError, match="app 'chat' added"):

@@ -57,6 +57,7 @@ SAMPLES: dict[str, Any] = {
     "task_arn": "arn:aws:ecs:us-west-2:123456789012:task/raylift-ray/0123456789abcdef",
     "container": "stage",
     "node_ids": ["4f1c0e6a9b2d", "7e3a5c1b8d0f"],
+    "unscheduled_fails": True,
 }
 
 

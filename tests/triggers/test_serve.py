@@ -82,3 +82,18 @@ def test_removal_waits_while_the_app_is_listed_and_succeeds_once_it_is_not() -> 
     assert gone.progress(payload("DELETING", deployed_at=900.0)) == ("llm=DELETING", {"apps": {"llm": "DELETING"}})
     other = {"applications": {"chat": {"status": "RUNNING", "last_deployed_time_s": 1.0}}}
     assert gone.evaluate(other) == {"status": "success", "apps": {}}
+
+
+def test_an_optional_app_ray_cannot_schedule_ends_the_wait_with_serves_message() -> None:
+    """Serve's controller's own words for a replica Ray has not placed (Ray 2.60, deployment_state.py): the wait
+    for an optional app (the canary's fresh baseline) ends on them; any other app's wait goes on to its bound."""
+    body = payload("DEPLOYING", 1001.0)
+    body["applications"]["llm"]["deployments"] = {"LLMServer": {"status": "UPDATING", "message": (
+        "Deployment 'LLMServer' in application 'llm' has 1 replicas that have taken more than 30s to be scheduled. "
+        "Resources required for each replica: {'CPU': 1.0}, total resources available: {'CPU': 0.5}.")}}
+    assert trig().evaluate(body) is None
+    event = trig(unscheduled_fails=True).evaluate(body)
+    assert event is not None and event["status"] == "failed" and event["app_status"] == "UNSCHEDULED"
+    assert "total resources available: {'CPU': 0.5}" in event["message"]
+    body["applications"]["llm"]["deployments"]["LLMServer"]["message"] = ""  # still starting: keep waiting
+    assert trig(unscheduled_fails=True).evaluate(body) is None

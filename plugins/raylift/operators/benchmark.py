@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperatorLink
 from raylift.config import DEFAULT_APP_NAME, DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
 from raylift.errors import RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
+from raylift.release import CONFIRM_ABOVE, CONFIRM_FACTOR, PILOT_DECIDES_ABOVE
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -148,12 +149,23 @@ class BenchmarkOperator(TargetOperator):
                 "canary release: the candidate (%s) and the serving app (%s, %d replica(s): %dx the requests, the "
                 "same load per replica) measured in the same rounds with the same prompts",
                 endpoint, deployed["baseline_endpoint"], scale, scale)
-            arms = run_side_by_side(
-                {"candidate": Arm(endpoint, str(self.served_name)),
-                 "baseline": Arm(deployed["baseline_endpoint"], str(deployed.get("baseline_served_name")
-                                                                    or self.served_name), scale)},
-                str(self.served_name), progress=progress, **options)
+            side_by_side = {"candidate": Arm(endpoint, str(self.served_name)),
+                            "baseline": Arm(deployed["baseline_endpoint"], str(deployed.get("baseline_served_name")
+                                                                               or self.served_name), scale)}
+            arms = run_side_by_side(side_by_side, str(self.served_name), progress=progress, **options)
             result, baseline = arms["candidate"], arms["baseline"]
+            more, pilot = _confirmation(result, baseline, slos, options["requests_per_level"])
+            if more is not None:
+                self.log.info(
+                    "the pilot's headline change is %+.1f%% (between %+.0f%% and %+.0f%%): not clear enough to "
+                    "decide on, so the same two arms are measured again at %d requests per level, and that "
+                    "measurement is the evidence (raylift.release.confirmation_requests)",
+                    100 * pilot["headline_change"], 100 * CONFIRM_ABOVE, 100 * PILOT_DECIDES_ABOVE, more)
+                options = {**options, "requests_per_level": more,
+                           "max_seconds_per_level": options["max_seconds_per_level"] * CONFIRM_FACTOR}
+                arms = run_side_by_side(side_by_side, str(self.served_name), progress=progress, **options)
+                result, baseline = arms["candidate"], arms["baseline"]
+                result["pilot"] = pilot
         else:
             result = run_benchmark(
                 endpoint, str(self.served_name), sweep=asdict(sweep) if sweep else None,
@@ -184,6 +196,23 @@ class BenchmarkOperator(TargetOperator):
                 "release": result["release"], "cost": result["cost"], "sweep": result.get("sweep"),
                 "results_uri": store.child_uri(f"{run_key(run_id)}/benchmark.json"),
                 **({"baseline_uri": store.child_uri(f"{run_key(run_id)}/baseline.json")} if baseline else {})}
+
+
+def _confirmation(candidate: dict[str, Any], baseline: dict[str, Any], slos: dict[str, Any],
+                  requests_per_level: int) -> tuple[int | None, dict[str, Any]]:
+    """Whether a canary's pilot measurement decides, as ``raylift.release`` rules: the requests per level to
+    measure again with (None: it decides), and the pilot's figures for the record. Its headline does not depend
+    on the gate's tolerance or confidence (the levels' weights scale together), so the defaults judge it."""
+    from raylift.bench.gates import assess
+    from raylift.config import DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE
+    from raylift.release import confirmation_requests, headline_change
+
+    judgement, _ = assess(candidate, slos, baseline, max_regression=DEFAULT_MAX_REGRESSION,
+                          confidence=DEFAULT_REGRESSION_CONFIDENCE)
+    judged = judgement.as_dict()
+    pilot = {"requests_per_level": requests_per_level, "headline_change": headline_change(judged),
+             "verdict": judged.get("verdict")}
+    return confirmation_requests(judged, requests_per_level), pilot
 
 
 def _target_region(target: Any) -> str | None:

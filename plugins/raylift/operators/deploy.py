@@ -25,6 +25,7 @@ from raylift.config import (
 )
 from raylift.errors import DeployError, RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
+from raylift.operators.baseline import FreshBaselineMixin
 from raylift.records import Artifact, StagedModel
 
 
@@ -47,7 +48,7 @@ class DeploySteps:
         context["ti"].xcom_push(key="deploy_steps", value={**self.steps, "submitted_at": time.time()})
 
 
-class ServeDeployOperator(TargetOperator):
+class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
     """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
     on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order).
 
@@ -269,7 +270,11 @@ class ServeDeployOperator(TargetOperator):
             plan = earlier
             self.log.warning("an earlier try of run %s started this canary and did not finish: finishing it", run_id)
         else:
-            plan = plan_canary(app, current, name, self._fits)
+            # the baseline arm runs the anchor's own config when the anchor recorded it (the change measured is
+            # then the change since the anchor), else the serving config (raylift.canary.with_fresh_baseline)
+            anchor_app = (state.anchor() or {}).get("app")
+            plan = plan_canary(app, current, name, self._fits,
+                               anchor_app=anchor_app if isinstance(anchor_app, dict) else None)
         config = with_canary(current, plan, defaults)
         state.save_canary(run_id, plan.as_dict())
         state.begin_apply(run_id, current, config, surge=self.surge)  # what rollback undoes if this run dies
@@ -282,6 +287,8 @@ class ServeDeployOperator(TargetOperator):
             plan.canary["name"], plan.canary["route_prefix"], name,
             f" (which lends it one of its {plan.baseline_scale + plan.lent} replicas: no room beside it)"
             if plan.lent else "", waiting)
+        if plan.baseline is None:
+            self.log.warning("baseline arm: the serving app, under its live traffic (%s)", plan.baseline_note)
         context["ti"].xcom_push(key="serve_config", value=config)
         context["ti"].xcom_push(key="release", value="canary")
         trigger = self.target_impl.deploy_trigger(app_names=waiting, timeout_s=self.timeout_s)
@@ -407,20 +414,16 @@ class ServeDeployOperator(TargetOperator):
             from raylift.canary import CanaryPlan
 
             plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {})
-            # the candidate answers at the canary's route; the serving app, measured beside it, is the baseline
+            # the candidate answers at the canary's route; the baseline arm (a fresh replica started once the
+            # canary runs, else the serving app) is measured beside it (operators.baseline)
             out.update({
                 "endpoint": app_url(endpoint, plan.canary),
                 "canary_app": plan.canary["name"],
                 "route_prefix": plan.canary["route_prefix"],
-                "baseline_endpoint": app_url(endpoint, plan.serving),
-                "baseline_served_name": str((plan.serving.get("args") or {}).get("served_model_name")
-                                            or self.served_name),
-                "baseline_scale": plan.baseline_scale,
-                "lent": plan.lent,
             })
             out["cold_start"] = self.collect_cold_start(str(plan.canary["name"]), running_at.timestamp(),
                                                        context["run_id"], self._deploy_steps(context, running_at))
-            return out
+            return self.start_baseline_arm(context, plan, out)
         dark_since = context["ti"].xcom_pull(task_ids=self.task_id, key="dark_since")
         if dark_since:
             self.log.warning(

@@ -150,6 +150,8 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             judgement=judgement.as_dict() if judged else None,
             anchor_links=links,
             new_anchor_by=None if (first or unchanged) else new_anchor_by,
+            # a canary judged against a fresh replica of the anchor's config measures the change since the anchor
+            baseline_runs=str(deployed.get("baseline_runs") or "serving") if canary and judged else "serving",
             on_inconclusive=on_inconclusive,
             max_cumulative_regression=_number(self.max_cumulative_regression, DEFAULT_MAX_CUMULATIVE_REGRESSION),
         )
@@ -164,7 +166,11 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         decision = decide(evidence)
         state = self.state_for(str(self.app_name))
         anchor = state.anchor()
-        record = {**decision.as_dict(), "unchanged": unchanged,
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        record = {**decision.as_dict(), "unchanged": unchanged, "baseline_app": deployed.get("baseline_app"),
+                  "baseline_note": deployed.get("baseline_note") or None,
+                  # an unclear pilot measured again (raylift.release.confirmation_requests): what it showed
+                  "pilot": (result or {}).get("pilot"),
                   "anchor_run_id": (anchor or {}).get("run_id"), "evidence": _evidence_dict(evidence)}
         if unchanged:
             record["reasons"] = [*record["reasons"], "same app config as the last good run: no release to judge "
@@ -186,7 +192,6 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         if decision.action == HOLD:
             self._hold = True
             return APPROVE_TASK
-        deployed = self.deployed if isinstance(self.deployed, dict) else {}
         undo = ("the rollback step removes the canary (the serving app was never changed)"
                 if deployed.get("release") == "canary" else "the rollback step restores what served before this run")
         raise GateError(f"Release gate failed ({decision.verdict}): " + "; ".join(record["reasons"]) + f". {undo}.")
@@ -264,7 +269,7 @@ def _evidence_dict(evidence: Any) -> dict[str, Any]:
     return {"first_deploy": evidence.first_deploy, "slo_violations": list(evidence.slo_violations),
             "anchor_links": list(evidence.anchor_links), "on_inconclusive": evidence.on_inconclusive,
             "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement,
-            "new_anchor_by": evidence.new_anchor_by}
+            "new_anchor_by": evidence.new_anchor_by, "baseline_runs": evidence.baseline_runs}
 
 
 def evidence_from_record(record: dict[str, Any], *, approval: str | None = None) -> Any:

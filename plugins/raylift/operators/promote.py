@@ -53,7 +53,7 @@ class PromoteReleaseOperator(TargetOperator):
         return dict(decision)
 
     def execute(self, context: Any) -> Any:
-        from raylift.canary import CanaryPlan, kept_replicas, promoted
+        from raylift.canary import CanaryPlan, kept_replicas, promoted, release_apps
         from raylift.rollback import rollback_surge
         from raylift.rollout import restarts_replicas, with_native_surge
         from raylift.serve_config import app_by_name
@@ -87,8 +87,9 @@ class PromoteReleaseOperator(TargetOperator):
                 f"app {name!r} {'was removed' if now is None else 'runs another version'} since this run started its "
                 "canary (a hand change or another writer): not promoted, so that change is kept. The rollback step "
                 "removes the canary.")
+        # the room the canary and its fresh baseline give back (both go in the promote's one write)
         without = {**current, "applications": [a for a in current["applications"]
-                                                if a.get("name") != plan.canary["name"]]}
+                                                if a.get("name") not in release_apps(plan)]}
         # a replica count someone else set on the serving app while the canary ran is theirs: kept
         candidate, kept = kept_replicas(plan.candidate, plan.serving, now)
         if kept:
@@ -127,6 +128,7 @@ class PromoteReleaseOperator(TargetOperator):
         """The run is the app's last good one; the anchor moves (``raylift.release.next_anchor_links``)."""
         from raylift.deploy_state import run_key
         from raylift.release import ReleaseDecision, next_anchor_links
+        from raylift.serve_config import app_by_name
 
         name, run_id = str(self.app_name), context["run_id"]
         state = self.state_for(name)
@@ -143,17 +145,19 @@ class PromoteReleaseOperator(TargetOperator):
         final = ReleaseDecision(
             action=decision["action"], verdict=decision["verdict"], reasons=tuple(decision.get("reasons") or ()),
             headline_change=decision.get("headline_change"), cumulative_change=decision.get("cumulative_change"),
-            becomes_anchor=bool(decision.get("becomes_anchor")), new_anchor_by=decision.get("new_anchor_by"))
+            becomes_anchor=bool(decision.get("becomes_anchor")), new_anchor_by=decision.get("new_anchor_by"),
+            against_anchor=bool(decision.get("against_anchor")))
         new_links = next_anchor_links(links, final)
         if final.becomes_anchor:
-            state.write_anchor(run_id, [], result)
+            # its own app entry too: the next canary's fresh baseline arm runs it (the change since the anchor)
+            state.write_anchor(run_id, [], result, app=app_by_name(config or {}, name))
             moved = f"run {run_id} is the new anchor (its verdict was {final.verdict})" + (
                 f"; regression_baseline 'none' asked by {decision['new_anchor_by']}"
                 if decision.get("new_anchor_by") else "")
         elif anchor is None:  # nothing raylift released passed before (the app was deployed by hand)
             moved = f"no anchor yet (verdict {final.verdict}, not a pass): the next release that passes becomes it"
         else:
-            state.write_anchor(anchor.get("run_id"), list(new_links), anchor.get("benchmark"))
+            state.write_anchor(anchor.get("run_id"), list(new_links), anchor.get("benchmark"), app=anchor.get("app"))
             moved = (f"the anchor stays run {anchor.get('run_id')} (verdict {final.verdict}, not a pass); "
                      f"changes since it: {', '.join(f'{x:+.1%}' for x in new_links) or 'none'}")
         self.log.info("promoted: app %r serves run %s's config; %s", name, run_id, moved)

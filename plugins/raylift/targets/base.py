@@ -113,9 +113,11 @@ class Target(ABC):
         """Apply a whole Serve config (the caller has merged it with what is running)."""
 
     @abstractmethod
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> PollingTrigger:
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float, optional: bool = False) -> PollingTrigger:
         """A trigger that fires when ``app_names`` are RUNNING, or with Serve's error when one fails. A
-        ``PollingTrigger``: an operator that does not defer waits on the same condition with its ``wait()``."""
+        ``PollingTrigger``: an operator that does not defer waits on the same condition with its ``wait()``.
+        ``optional``: an app the release can do without (the canary's fresh baseline); where Serve reports
+        that Ray cannot schedule its replica, the wait ends then (``failed``) rather than at ``timeout_s``."""
 
     def resume_after_submit(self, submitted_at: float) -> None:
         """An earlier try of this task submitted the Serve config at ``submitted_at`` (epoch seconds) and died

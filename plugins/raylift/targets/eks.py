@@ -560,7 +560,9 @@ class EksTarget(DrainedScaleIn, AwsTarget):
                  "a new Ray cluster beside the old one" if replaces else "the running cluster takes it")
         self.ensure_headroom(workers, new_cluster=replaces)
 
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> Any:
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float, optional: bool = False) -> Any:
+        """``optional`` changes nothing here: the RayService's status carries no Serve scheduling message, so an
+        optional app's wait ends at ``timeout_s`` (the caller bounds it)."""
         from raylift.triggers.rayservice import RayServiceReadyTrigger
 
         context = None

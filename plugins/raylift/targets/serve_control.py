@@ -59,7 +59,8 @@ class DashboardServeControl:
         """The wait counts deploys from an earlier try's submission (see ``Target.resume_after_submit``)."""
         self._submitted_at = submitted_at
 
-    def deploy_trigger(self, *, app_names: list[str], timeout_s: float) -> ServeApplicationsTrigger:
+    def deploy_trigger(self, *, app_names: list[str], timeout_s: float,
+                       optional: bool = False) -> ServeApplicationsTrigger:
         from raylift.triggers.serve import ServeApplicationsTrigger
 
         return ServeApplicationsTrigger(
@@ -67,6 +68,7 @@ class DashboardServeControl:
             app_names=app_names,
             submitted_at=self._submitted_at or time.time(),
             timeout_s=timeout_s,
+            unscheduled_fails=optional,
             **self.dashboard_trigger_auth(),
         )
 

@@ -15,6 +15,12 @@ from raylift.triggers.dashboard import RayDashboardTrigger
 PENDING = "PENDING"  # raylift's word for "not (re)deployed since submitted_at yet": not one of Serve's states
 
 
+# Serve's controller sets this on a deployment whose replicas Ray has not placed for 30 s (SLOW_STARTUP_WARNING_S,
+# ray.serve._private.deployment_state: "... replicas that have taken more than 30s to be scheduled ...").
+UNSCHEDULED_MARK = "to be scheduled"
+UNSCHEDULED = "UNSCHEDULED"
+
+
 class ServeApplicationsTrigger(RayDashboardTrigger):
     """Poll ``GET /api/serve/applications/`` until every app in ``app_names`` is RUNNING.
 
@@ -28,6 +34,9 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
     :param app_names: the Serve applications that must all be RUNNING.
     :param submitted_at: epoch seconds of the config write this wait is for.
     :param timeout_s: seconds until the ``timeout`` event.
+    :param unscheduled_fails: also end with ``failed`` (``app_status`` ``UNSCHEDULED``) when Serve's controller
+        reports one of the apps' replicas could not be scheduled (its "taken more than 30s to be scheduled"
+        message: Ray has no room for it), for an app the release can do without (the canary's fresh baseline).
     :param poll_interval_s: seconds between polls. 1 s: the poll that sees RUNNING is the run's RUNNING time
         (``seen_at``), so a 3 s poll added 1.5 s on average to every deploy; one read of the applications a second
         costs ~0.04 of a core here (measured on `local`: 0.15 cores busy idle, 0.20 while polling).
@@ -42,11 +51,13 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
         poll_interval_s: float = 1.0,
         cluster_conn_id: str | None = None,
         local_token: bool = False,
+        unscheduled_fails: bool = False,
     ) -> None:
         super().__init__(dashboard_url, timeout_s=timeout_s, poll_interval_s=poll_interval_s,
                          cluster_conn_id=cluster_conn_id, local_token=local_token)
         self.app_names = list(app_names)
         self.submitted_at = submitted_at
+        self.unscheduled_fails = unscheduled_fails
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -57,6 +68,7 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
                 "submitted_at": self.submitted_at,
                 "timeout_s": self.timeout_s,
                 "poll_interval_s": self.poll_interval_s,
+                "unscheduled_fails": self.unscheduled_fails,
                 **self.auth_kwargs(),
             },
         )
@@ -100,6 +112,13 @@ class ServeApplicationsTrigger(RayDashboardTrigger):
                 return {"status": "failed", "app": name, "app_status": status, "message": message}
         if all(s == ApplicationStatus.RUNNING for s in statuses.values()):
             return {"status": "success", "apps": statuses}
+        if self.unscheduled_fails:
+            for name, status in statuses.items():
+                app = (payload.get("applications") or {}).get(name) or {}
+                unscheduled = [f"{dep}: {info.get('message')}" for dep, info in (app.get("deployments") or {}).items()
+                               if UNSCHEDULED_MARK in str(info.get("message") or "")]
+                if status != ApplicationStatus.RUNNING and unscheduled:
+                    return {"status": "failed", "app": name, "app_status": UNSCHEDULED, "message": "; ".join(unscheduled)}
         return None
 
     def progress(self, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
