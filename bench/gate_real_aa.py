@@ -59,7 +59,6 @@ from canary_release import (  # noqa: E402
 
 BASE = 29000
 APP = "llm"
-FRESH_SUFFIX = "-baseline"
 OUT = ROOT / "bench/results/gate_real_aa.json"
 SAMPLES = ROOT / "bench/results/gate_real_aa_samples.json.gz"
 
@@ -72,16 +71,6 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     low = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
     high = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
     return low, high
-
-
-def fresh_app(serving: Mapping[str, Any]) -> dict[str, Any]:
-    """The serving config as a 1-replica app of its own: the Kayenta baseline arm."""
-    from raylift.canary import canary_app
-
-    app = canary_app(copy.deepcopy(dict(serving)), APP)
-    app["name"] = f"{APP}{FRESH_SUFFIX}"
-    app["route_prefix"] = f"/_baseline/{APP}"
-    return app
 
 
 def candidate_app(serving: Mapping[str, Any], model_path: str | None) -> dict[str, Any]:
@@ -147,7 +136,7 @@ def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def release(target: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
     from raylift.bench.runner import Arm, run_side_by_side
-    from raylift.canary import plan_canary, with_canary, without_canary
+    from raylift.canary import fresh_baseline_app, plan_canary, with_canary, without_canary
     from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
     from raylift.release import CONFIRM_FACTOR
     from raylift.serve_config import app_by_name, merge_app
@@ -155,25 +144,25 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     current = target.current_serve_config()
     serving = app_by_name(current, APP)
     plan = plan_canary(candidate_app(serving, model_path), current, APP, lambda app, others: None)
-    config = merge_app(with_canary(current, plan, {}), fresh_app(serving), defaults={})
+    fresh = fresh_baseline_app(copy.deepcopy(serving), APP)  # the product's baseline app, of the serving config
+    config = merge_app(with_canary(current, plan, {}), fresh, defaults={})
     failed_before, t0 = len(client.failures), time.monotonic()
     target.apply_serve_config(config)
-    names = [plan.canary["name"], f"{APP}{FRESH_SUFFIX}"]
+    names = [plan.canary["name"], fresh["name"]]
     started_s = wait_apps(target, names, running=True)
     nodes = replica_nodes(target)  # which Ray node each arm's replica got (Ray's scheduler chose)
     serve = client.url
+    candidate_arm = Arm(f"{serve}{plan.canary['route_prefix']}", MODEL)
+    fresh_arm = Arm(f"{serve}{fresh['route_prefix']}", MODEL)
     arms = run_side_by_side(
-        {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
-         "serving": Arm(serve, MODEL),
-         "fresh": Arm(f"{serve}/_baseline/{APP}", MODEL)},
+        {"candidate": candidate_arm, "serving": Arm(serve, MODEL), "fresh": fresh_arm},
         MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0, engine_metrics=False)
     vs_fresh = judged(arms["candidate"], arms["fresh"])
     confirmed = None
     if vs_fresh["confirm_requests"]:  # raylift's gate: an unclear pilot, the same two arms again at 4x the requests
         again = run_side_by_side(
-            {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
-             "fresh": Arm(f"{serve}/_baseline/{APP}", MODEL)},
+            {"candidate": candidate_arm, "fresh": fresh_arm},
             MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=vs_fresh["confirm_requests"],
             max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S * CONFIRM_FACTOR, warmup_requests=0,
             engine_metrics=False)
@@ -181,12 +170,12 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     bench_s = time.monotonic() - t0 - started_s
     now = target.current_serve_config()
     after = without_canary(now, plan)
-    after["applications"] = [a for a in after["applications"] if a.get("name") != f"{APP}{FRESH_SUFFIX}"]
+    after["applications"] = [a for a in after["applications"] if a.get("name") != fresh["name"]]
     target.apply_serve_config(after)
     wait_apps(target, names, running=False)
     row = {"kind": kind, "start_s": round(started_s, 1), "bench_s": round(bench_s, 1),
            "nodes": {"serving": nodes.get(APP), "candidate": nodes.get(plan.canary["name"]),
-                     "fresh": nodes.get(f"{APP}{FRESH_SUFFIX}")},
+                     "fresh": nodes.get(fresh["name"])},
            "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
            "vs_serving": judged(arms["candidate"], arms["serving"]),
            "vs_fresh": vs_fresh,

@@ -245,10 +245,11 @@ def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: 
                         + " (no user request reached the canary)")
             # until Serve no longer lists it (DELETING while its replica drains): the release ends with the
             # canary gone and its capacity free for the next one (the undeploy's own wait and condition)
-            baseline = plan.baseline["name"] if plan.baseline else None
-            if baseline and app_by_name(current, baseline) is not None and app_by_name(cleaned, baseline) is None:
+            # the fresh baseline app this release started, when it still ran (without_canary removed it)
+            baseline = plan.baseline["name"] if plan.baseline and app_by_name(current, plan.baseline["name"]) else None
+            if baseline:
                 done.append(f"removed its fresh baseline app {baseline!r}")
-            for app in [plan.canary["name"], *([baseline] if baseline and app_by_name(current, baseline) else [])]:
+            for app in [plan.canary["name"], *([baseline] if baseline else [])]:
                 gone = target.undeploy_trigger(app_name=str(app), timeout_s=CANARY_GONE_TIMEOUT_S)
                 event = gone.wait() if gone is not None else {"status": "success"}
                 if event.get("status") != "success":

@@ -77,6 +77,16 @@ def first_release(model: str = "/store/a", replicas: int = 1) -> dict[str, Any]:
     return out
 
 
+def users_app(serve: ServeStandin, name: str, route: str) -> dict[str, Any]:
+    """A user's own app (a copy of the serving one under ``name`` at ``route``), deployed beside it by hand."""
+    theirs = copy.deepcopy(serve.app(APP))
+    theirs.update(name=name, route_prefix=route)
+    config = copy.deepcopy(serve.config)
+    config["applications"].append(theirs)
+    LocalTarget().apply_serve_config(config)
+    return theirs
+
+
 def names(serve: ServeStandin) -> list[str]:
     return [a["name"] for a in serve.config["applications"]]
 
@@ -262,11 +272,7 @@ def test_a_users_own_app_named_like_the_canary_is_never_overwritten_nor_removed(
     from raylift.canary import CanaryNameTakenError
 
     first_release()
-    theirs = copy.deepcopy(serve.app(APP))
-    theirs.update(name=CANARY, route_prefix="/mine")
-    config = copy.deepcopy(serve.config)
-    config["applications"].append(theirs)
-    LocalTarget().apply_serve_config(config)
+    theirs = users_app(serve, CANARY, "/mine")
     before = json.dumps(serve.config)
     puts = len(serve.puts)
     with pytest.raises(CanaryNameTakenError, match="already runs on the cluster .* not this release's canary"):
@@ -308,11 +314,7 @@ def test_without_room_for_a_fresh_baseline_the_serving_app_is_the_baseline_arm_a
 
 def test_a_users_app_named_like_the_baseline_is_left_alone(serve: ServeStandin, tmp_path: Path) -> None:
     first_release()
-    theirs = copy.deepcopy(serve.app(APP))
-    theirs.update(name=BASELINE, route_prefix="/theirs")
-    config = copy.deepcopy(serve.config)
-    config["applications"].append(theirs)
-    LocalTarget().apply_serve_config(config)
+    theirs = users_app(serve, BASELINE, "/theirs")
     out = deploy("/store/b", "r2", XComs())
     assert out["baseline_runs"] == "serving" and "not this release's" in out["baseline_note"]
     assert json.dumps(serve.app(BASELINE)) == json.dumps(theirs)
