@@ -102,9 +102,11 @@ def replica_nodes(target: Any) -> dict[str, list[str]]:
             for name, app in apps.items()}
 
 
-def judged(result: Mapping[str, Any], baseline: Mapping[str, Any], requests_per_level: int = 128) -> dict[str, Any]:
+def judged(result: Mapping[str, Any], baseline: Mapping[str, Any], requests_per_level: int = 128,
+           favours: str | None = None) -> dict[str, Any]:
     """The gate's judgement and decision of ``result`` against ``baseline`` (a single release: no chain), and the
-    requests per level the gate would measure it again with (``confirm_requests``; None: it decides)."""
+    requests per level the gate would measure it again with (``confirm_requests``; None: it decides).
+    ``favours``: the arm the two arms' Ray placement favours (``raylift.placement``), as the gate reads it."""
     from raylift.bench.gates import assess, merged_slos
     from raylift.config import (
         DEFAULT_MAX_CUMULATIVE_REGRESSION,
@@ -119,7 +121,7 @@ def judged(result: Mapping[str, Any], baseline: Mapping[str, Any], requests_per_
     evidence = ReleaseEvidence(
         first_deploy=False, smoke_passed=True,
         slo_violations=tuple(v.message for v in violations if v.kind != "regression"),
-        judgement=judgement.as_dict(), anchor_links=(), on_inconclusive="pass",
+        judgement=judgement.as_dict(), anchor_links=(), on_inconclusive="pass", placement_favours=favours,
         max_cumulative_regression=DEFAULT_MAX_CUMULATIVE_REGRESSION)
     decision = decide(evidence)
     metrics = [{"metric": m["metric"], "concurrency": m["concurrency"], "verdict": m["verdict"],
@@ -138,6 +140,7 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     from raylift.bench.runner import Arm, run_side_by_side
     from raylift.canary import fresh_baseline_app, plan_canary, with_canary, without_canary
     from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
+    from raylift.placement import arms_placement
     from raylift.release import CONFIRM_FACTOR
     from raylift.serve_config import app_by_name, merge_app
 
@@ -151,6 +154,9 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     names = [plan.canary["name"], fresh["name"]]
     started_s = wait_apps(target, names, running=True)
     nodes = replica_nodes(target)  # which Ray node each arm's replica got (Ray's scheduler chose)
+    placed = arms_placement(target.serve_dashboard().serve_applications().get("applications") or {},
+                            plan.canary["name"], fresh["name"])  # what the product's gate reads
+    favours = placed.favoured if placed is not None else None
     serve = client.url
     candidate_arm = Arm(f"{serve}{plan.canary['route_prefix']}", MODEL)
     fresh_arm = Arm(f"{serve}{fresh['route_prefix']}", MODEL)
@@ -158,7 +164,7 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
         {"candidate": candidate_arm, "serving": Arm(serve, MODEL), "fresh": fresh_arm},
         MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL,
         max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0, engine_metrics=False)
-    vs_fresh = judged(arms["candidate"], arms["fresh"])
+    vs_fresh = judged(arms["candidate"], arms["fresh"], favours=favours)
     confirmed = None
     if vs_fresh["confirm_requests"]:  # raylift's gate: an unclear pilot, the same two arms again at 4x the requests
         again = run_side_by_side(
@@ -166,7 +172,7 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
             MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=vs_fresh["confirm_requests"],
             max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S * CONFIRM_FACTOR, warmup_requests=0,
             engine_metrics=False)
-        confirmed = judged(again["candidate"], again["fresh"], vs_fresh["confirm_requests"])
+        confirmed = judged(again["candidate"], again["fresh"], vs_fresh["confirm_requests"], favours)
     bench_s = time.monotonic() - t0 - started_s
     now = target.current_serve_config()
     after = without_canary(now, plan)
@@ -176,6 +182,7 @@ def release(target: Any, kind: str, model_path: str | None, client: Client) -> t
     row = {"kind": kind, "start_s": round(started_s, 1), "bench_s": round(bench_s, 1),
            "nodes": {"serving": nodes.get(APP), "candidate": nodes.get(plan.canary["name"]),
                      "fresh": nodes.get(fresh["name"])},
+           "placement": placed.as_dict() if placed is not None else None,
            "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
            "vs_serving": judged(arms["candidate"], arms["serving"]),
            "vs_fresh": vs_fresh,

@@ -208,3 +208,24 @@ def test_a_pilot_is_measured_again_only_inside_the_unclear_band() -> None:
     for clear in (-0.2, 0.0, 0.03, 0.26, 2.0):
         assert confirmation_requests(judgement("inconclusive", clear), 128) is None, clear
     assert confirmation_requests({"verdict": "failed", "metrics": []}, 128) is None
+
+
+@pytest.mark.parametrize(("favours", "verdict", "action", "refused"), [
+    ("candidate", "pass", HOLD, True),  # the canary had the quieter node: its pass could be the node's
+    ("baseline", "regressed", HOLD, True),  # the canary had the busier node: its regression could be the node's
+    ("candidate", "regressed", ROLL_BACK, False),  # regressed even with the quieter node: it stands
+    ("baseline", "pass", PROMOTE, False),  # passed even with the busier node: it stands
+    (None, "pass", PROMOTE, False),
+])
+def test_a_verdict_the_arms_placement_alone_could_give_is_refused(favours: str | None, verdict: str, action: str,
+                                                                 refused: bool) -> None:
+    """Ray placed the canary's arms on unlike nodes (raylift.placement): a sharing replica measured +26..65 %
+    slower on the real stack, so a verdict in the placement's favour is inconclusive (on_inconclusive decides)."""
+    d = decide(ev(judgement=judgement(verdict, 0.4 if verdict == "regressed" else 0.0), on_inconclusive="hold",
+                  placement_favours=favours, placement="the candidate (llm-canary) on node(s) aaaa with 0 other"))
+    assert d.action == action, d
+    assert (d.verdict == "inconclusive") is refused
+    assert any("Ray placed the arms unlike" in r and "llm-canary" in r for r in d.reasons) is refused, d.reasons
+    assert not (refused and d.becomes_anchor)
+    with pytest.raises(RayliftValueError, match="placement_favours 'serving' is not one of"):
+        decide(ev(placement_favours="serving"))

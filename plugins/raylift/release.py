@@ -20,8 +20,10 @@ The rules, in order (the first that applies decides):
    gate judges a direct release against the anchor whenever anything comparable exists (a renamed model is
    the same requests; levels in common are judged, none in common is ``failed``). Before, such a direct
    release was promoted on its SLOs alone and became the anchor: a 3x slower one reset the chain;
-6. ``inconclusive`` (and no judgement at all: nothing was judged): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve" promotes, "reject"
-   rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
+6. ``inconclusive`` (and no judgement at all: nothing was judged) — and a ``pass`` or ``regressed`` that the
+   arms' unlike Ray placement alone could have given (:attr:`ReleaseEvidence.placement_favours`,
+   :mod:`raylift.placement`): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve"
+   promotes, "reject" rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
 7. ``pass``: promote; it becomes the anchor (the chain starts again from it).
 
 What the baseline arm ran (:attr:`ReleaseEvidence.baseline_runs`): ``fresh-anchor``, a fresh replica of the
@@ -68,6 +70,8 @@ NOT_JUDGED = "not judged"
 # What the baseline arm of a release ran (ReleaseEvidence.baseline_runs)
 FRESH_ANCHOR, FRESH_SERVING, SERVING = "fresh-anchor", "fresh-serving", "serving"
 BASELINE_RUNS = (FRESH_ANCHOR, FRESH_SERVING, SERVING)
+# The arm an unlike placement favours (ReleaseEvidence.placement_favours; raylift.placement's names)
+CANDIDATE_ARM, BASELINE_ARM = "candidate", "baseline"
 
 # The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back. Below 0.10 on
 # purpose: a release exactly 10 % slower has a headline above 0.10 only half the time. In
@@ -106,7 +110,10 @@ class ReleaseEvidence:
     :param new_anchor_by: ``regression_baseline: none`` was asked, by whom (e.g. "user 'admin', run
         manual__1"); None: judged against the anchor.
     :param baseline_runs: what the baseline arm ran: ``fresh-anchor`` (the judgement's change is the change
-        since the anchor: ``anchor_links`` are not compounded), ``fresh-serving`` or ``serving``."""
+        since the anchor: ``anchor_links`` are not compounded), ``fresh-serving`` or ``serving``.
+    :param placement_favours: the arm whose Ray node was less crowded while they were measured
+        (:mod:`raylift.placement`: ``candidate`` or ``baseline``); None: alike, or not known.
+    :param placement: that placement in words, for the reasons."""
 
     first_deploy: bool
     smoke_passed: bool
@@ -118,6 +125,8 @@ class ReleaseEvidence:
     approval: str | None = None
     new_anchor_by: str | None = None
     baseline_runs: str = SERVING
+    placement_favours: str | None = None
+    placement: str = ""
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,9 @@ def _check(evidence: ReleaseEvidence) -> None:
            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= -1]
     if evidence.baseline_runs not in BASELINE_RUNS:
         raise RayliftValueError(f"baseline_runs {evidence.baseline_runs!r} is not one of {list(BASELINE_RUNS)}")
+    if evidence.placement_favours not in (None, CANDIDATE_ARM, BASELINE_ARM):
+        raise RayliftValueError(f"placement_favours {evidence.placement_favours!r} is not one of "
+                                f"{[CANDIDATE_ARM, BASELINE_ARM]} (or None: alike, or not known)")
     if evidence.new_anchor_by is not None and not str(evidence.new_anchor_by).strip():
         raise RayliftValueError("new_anchor_by is empty: a new anchor (regression_baseline 'none') names who asked")
     if bad:
@@ -291,6 +303,9 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
                                cumulative, False)
     verdict = str(judgement.get("verdict")) if judgement else NOT_JUDGED
     note = f" ({judgement['note']})" if judgement.get("note") else ""
+    judged, placed = verdict, _placement_refusal(evidence, verdict)
+    if placed is not None:
+        verdict = INCONCLUSIVE
     if evidence.new_anchor_by is not None and verdict not in (FAILED, REGRESSED):
         return _new_anchor(evidence, verdict, headline, measured)
     if verdict in (FAILED, REGRESSED):
@@ -302,7 +317,8 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
         return ReleaseDecision(ROLL_BACK, FAILED, (f"unknown judgement verdict {verdict!r}: not a pass", *measured),
                                headline, cumulative, False)
     limit = evidence.max_cumulative_regression
-    if cumulative is not None and cumulative > limit:
+    # a regression refused for the placement is refused whole: the same confounded headline does not roll it back
+    if cumulative is not None and cumulative > limit and not (placed is not None and judged == REGRESSED):
         return ReleaseDecision(
             ROLL_BACK, CUMULATIVE_REGRESSION,
             (f"{_pct(cumulative)} slower than the anchor (the last release that passed) in all: "
@@ -320,12 +336,27 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
              "a change of what is measured starts no new anchor by itself. Benchmark it as the anchor was "
              "(its benchmark_profile, its concurrency levels), or set regression_baseline 'none' to start a new "
              "anchor (the release record names who asked)", *measured), headline, cumulative, False)
-    if verdict == INCONCLUSIVE:
+    if placed is not None:
+        why = f"inconclusive: {placed}"
+    elif verdict == INCONCLUSIVE:
         why = f"inconclusive: {_inconclusive(judgement)}"
     else:
         why = "not judged: no judgement of the candidate against what serves"
     return _on_inconclusive(evidence, verdict if verdict == INCONCLUSIVE else NOT_JUDGED, why, measured,
                             headline, cumulative)
+
+
+def _placement_refusal(evidence: ReleaseEvidence, verdict: str) -> str | None:
+    """Why the judgement's ``verdict`` is refused, when the arms' placement alone could have produced it: a pass
+    of a canary that had the less crowded Ray node, a regression of one that had the more crowded (the node's
+    effect is larger than the tolerance: :mod:`raylift.placement`). None: the verdict stands (alike placement,
+    or a verdict the placement worked against)."""
+    favours = evidence.placement_favours
+    if (favours, verdict) not in ((CANDIDATE_ARM, PASS), (BASELINE_ARM, REGRESSED)):
+        return None
+    return (f"judged {verdict}, but Ray placed the arms unlike ({evidence.placement or 'placement not described'}): "
+            f"a replica's node neighbours change its speed more than the tolerance, and this placement favoured "
+            f"the {favours}, so it alone could give this verdict")
 
 
 def _new_anchor(evidence: ReleaseEvidence, verdict: str, headline: float | None,

@@ -463,6 +463,12 @@ def test_a_slower_candidate_is_rejected_as_a_canary_and_no_user_request_meets_it
     baseline = json.loads(sorted((stack.home / "model-store/_raylift/runs").glob("*/baseline.json"),
                                  key=lambda p: p.stat().st_mtime)[-1].read_text())
     assert baseline["levels"] and baseline["levels"][0]["samples"]  # the serving app was measured beside it
+    # where Ray's scheduler put the two arms, read back from Serve's status before they were measured
+    placement = newest_benchmark(stack)["placement"]
+    assert placement["candidate"]["app"] == "llm-canary" and placement["candidate"]["nodes"], placement
+    assert placement["baseline"]["app"] in ("llm", "llm-baseline") and placement["baseline"]["nodes"], placement
+    assert all(len(n) == 56 for arm in ("candidate", "baseline") for n in placement[arm]["nodes"]), placement
+    assert decision["evidence"]["placement_favours"] == placement["favoured"], decision["evidence"]
     report = {"requests": len(load.records), "errors": len(load.errors()), "cancelled": load.cancelled,
               "verdict": decision["verdict"], "headline_change": decision.get("headline_change")}
     (stack.home / "canary-rejected.json").write_text(json.dumps(report, indent=2))

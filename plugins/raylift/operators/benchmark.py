@@ -152,6 +152,7 @@ class BenchmarkOperator(TargetOperator):
             side_by_side = {"candidate": Arm(endpoint, str(self.served_name)),
                             "baseline": Arm(deployed["baseline_endpoint"], str(deployed.get("baseline_served_name")
                                                                                or self.served_name), scale)}
+            placement = self._placement(deployed)  # before the measurement: Ray does not move running replicas
             arms = run_side_by_side(side_by_side, str(self.served_name), progress=progress, **options)
             result, baseline = arms["candidate"], arms["baseline"]
             more, pilot = _confirmation(result, baseline, slos, options["requests_per_level"])
@@ -166,6 +167,7 @@ class BenchmarkOperator(TargetOperator):
                 arms = run_side_by_side(side_by_side, str(self.served_name), progress=progress, **options)
                 result, baseline = arms["candidate"], arms["baseline"]
                 result["pilot"] = pilot
+            result["placement"] = placement
         else:
             result = run_benchmark(
                 endpoint, str(self.served_name), sweep=asdict(sweep) if sweep else None,
@@ -196,6 +198,38 @@ class BenchmarkOperator(TargetOperator):
                 "release": result["release"], "cost": result["cost"], "sweep": result.get("sweep"),
                 "results_uri": store.child_uri(f"{run_key(run_id)}/benchmark.json"),
                 **({"baseline_uri": store.child_uri(f"{run_key(run_id)}/baseline.json")} if baseline else {})}
+
+
+    def _placement(self, deployed: dict[str, Any]) -> dict[str, Any]:
+        """Where Ray placed the canary's two arms (:mod:`raylift.placement`), read from Serve's own status; the
+        gate refuses a verdict an unlike placement alone could give. A note instead when it cannot be told
+        (no Ray dashboard on this target, arms on accelerators, an arm without a running replica)."""
+        from raylift.canary import canary_name
+        from raylift.placement import arms_placement, uses_accelerators
+        from raylift.serve_config import app_by_name
+
+        candidate = str(deployed.get("canary_app") or canary_name(str(self.app_name)))
+        baseline = str(deployed.get("baseline_app") or self.app_name)
+        try:
+            config = self.target_impl.current_serve_config()
+            if uses_accelerators(a for a in (app_by_name(config, n) for n in (candidate, baseline)) if a):
+                return {"note": "the arms run on accelerators (each replica owns its devices): not compared"}
+            # the targets that reach Serve through a Ray dashboard (raylift.targets.serve_control) have one
+            dashboard = getattr(self.target_impl, "serve_dashboard", None)
+            if dashboard is None:
+                return {"note": "this target has no Ray dashboard to read the replicas' nodes from"}
+            status = dashboard().serve_applications().get("applications") or {}
+        except Exception as exc:  # noqa: BLE001 - evidence for the gate, never a reason to stop measuring
+            self.log.warning("where Ray placed the arms was not read (%s: %s); the gate judges without it",
+                             type(exc).__name__, exc)
+            return {"note": f"not read: {type(exc).__name__}: {exc}"}
+        placed = arms_placement(status, candidate, baseline)
+        if placed is None:
+            return {"note": f"no running replica of {candidate!r} or {baseline!r} in Serve's status"}
+        if placed.favoured is not None:
+            self.log.warning("Ray placed the arms unlike: %s; a verdict this favours the %s with is refused "
+                             "(raylift.release, rule 6)", placed.describe(), placed.favoured)
+        return placed.as_dict()
 
 
 def _confirmation(candidate: dict[str, Any], baseline: dict[str, Any], slos: dict[str, Any],

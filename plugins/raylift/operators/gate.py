@@ -142,6 +142,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
         )
         judged = judge_against is not None
+        placed = result.get("placement") or {}
         not_regression = [v for v in violations if v.kind != "regression"]
         evidence = ReleaseEvidence(
             first_deploy=first or unchanged,
@@ -153,6 +154,10 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             # a canary judged against a fresh replica of the anchor's config measures the change since the anchor
             baseline_runs=str(deployed.get("baseline_runs") or "serving") if canary and judged else "serving",
             on_inconclusive=on_inconclusive,
+            # where Ray put the two arms while they were measured (raylift.placement): a verdict an unlike
+            # placement alone could give is refused (raylift.release, rule 6)
+            placement_favours=placed.get("favoured") if canary and judged else None,
+            placement=str(placed.get("described") or "") if canary and judged else "",
             max_cumulative_regression=_number(self.max_cumulative_regression, DEFAULT_MAX_CUMULATIVE_REGRESSION),
         )
         return evidence, result, baseline if canary else None, violations, unchanged
@@ -269,7 +274,8 @@ def _evidence_dict(evidence: Any) -> dict[str, Any]:
     return {"first_deploy": evidence.first_deploy, "slo_violations": list(evidence.slo_violations),
             "anchor_links": list(evidence.anchor_links), "on_inconclusive": evidence.on_inconclusive,
             "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement,
-            "new_anchor_by": evidence.new_anchor_by, "baseline_runs": evidence.baseline_runs}
+            "new_anchor_by": evidence.new_anchor_by, "baseline_runs": evidence.baseline_runs,
+            "placement_favours": evidence.placement_favours, "placement": evidence.placement}
 
 
 def evidence_from_record(record: dict[str, Any], *, approval: str | None = None) -> Any:
@@ -283,4 +289,5 @@ def evidence_from_record(record: dict[str, Any], *, approval: str | None = None)
         anchor_links=tuple(float(x) for x in seen.get("anchor_links") or ()),
         max_cumulative_regression=float(seen["max_cumulative_regression"]),
         on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval,
-        new_anchor_by=seen.get("new_anchor_by"))
+        new_anchor_by=seen.get("new_anchor_by"), baseline_runs=str(seen.get("baseline_runs") or "serving"),
+        placement_favours=seen.get("placement_favours"), placement=str(seen.get("placement") or ""))
