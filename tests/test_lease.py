@@ -371,3 +371,32 @@ def test_an_unreadable_record_and_an_unknown_store_are_named(tmp_path: Path) -> 
 
     with pytest.raises(LeaseError, match=r"No lease backend for a Memory \(memory://\)"):
         LeaseManager(Memory(), KEY)
+
+
+def test_the_release_records_are_written_fenced_under_the_lease(store_uri: str) -> None:
+    """Issue 45: the anchor and last good records, written under a release's lease (DeploymentState.fenced), are
+    refused once the lease moved on: a holder whose lease expired and was taken over lands no old anchor over the
+    new holder's, and an old token cannot overwrite a newer holder's record."""
+    from raylift.deploy_state import DeploymentState
+
+    store = open_store(store_uri)
+    manager = LeaseManager(store, KEY)
+    old = manager.acquire(new_holder_id(), ttl_s=1, wait_s=5)
+    stale = DeploymentState(store, "test-cluster", "llm").fenced(manager, old)
+    stale.write_anchor("run-a", [], None)  # while it holds: written
+    assert stale.anchor()["run_id"] == "run-a"
+    time.sleep(1.5)
+    new = manager.acquire(new_holder_id(), ttl_s=60, wait_s=30)
+    fresh = DeploymentState(open_store(store_uri), "test-cluster", "llm").fenced(LeaseManager(open_store(store_uri), KEY),
+                                                                               new)
+    fresh.write_anchor("run-b", [0.01], None)
+    fresh.record_good("run-b", {"applications": [{"name": "llm", "args": {"model": "/b"}}]})
+    with pytest.raises(LeaseLostError):
+        stale.write_anchor("run-a", [], None)
+    with pytest.raises(LeaseLostError):
+        stale.record_good("run-a", {"applications": []})
+    assert fresh.anchor()["run_id"] == "run-b" and fresh.last_good()["run_id"] == "run-b"
+    with pytest.raises(LeaseLostError, match="refused the write"):  # an old token against the newer record
+        DeploymentState(store, "test-cluster", "llm").fenced(
+            manager, Lease(old.token, old.holder, time.time() + 60)).write_anchor("run-a", [], None)
+    assert fresh.anchor()["run_id"] == "run-b"

@@ -10,16 +10,24 @@ release's plan: what it runs beside the app and what it lent), ``_raylift/<clust
 last release that passed, and the changes of the releases promoted since), ``_raylift/<cluster>/<app>/hold/<run>.json`` (a
 rollback that could not take the cluster's lease back: what it left up and what to run), ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
 identity, or the target kind without a connection).
+
+The release's own records (``last_good.json``, ``anchor.json``: what the next release is judged against and rolls
+back to) are written fenced when the state is opened under the release's lease (:meth:`DeploymentState.fenced`):
+checked against the lease and conditional at the store (``raylift.lease.LeaseManager.fenced_write``), so a
+holder paused past its lease cannot land an old anchor over the new holder's.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylift.serve_config import app_by_name, config_hash
 from raylift.store import ObjectStore
+
+if TYPE_CHECKING:
+    from raylift.lease import Lease, LeaseManager
 
 _RUN_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -32,6 +40,22 @@ class DeploymentState:
     def __init__(self, store: ObjectStore, target: str, app: str) -> None:
         self.store, self.target, self.app = store, target, app
         self.prefix = f"_raylift/{_RUN_SAFE.sub('_', target)}/{_RUN_SAFE.sub('_', app)}"
+        self._fence: tuple[LeaseManager, Lease] | None = None
+
+    def fenced(self, manager: LeaseManager, lease: Lease) -> DeploymentState:
+        """This state, its release records (last good, anchor) written as ``lease``'s holder: LeaseLostError or
+        StaleWriteError, and nothing written, once another holder has the lease or wrote the record since."""
+        self._fence = (manager, lease)
+        return self
+
+    def _write_record(self, key: str, value: dict[str, Any]) -> None:
+        if self._fence is None:
+            self.store.write_json(key, value)
+            return
+        import json
+
+        manager, lease = self._fence
+        manager.fenced_write(lease, key, json.dumps(value, indent=2, sort_keys=True, default=str).encode())
 
     def save_pre_deploy(self, run_id: str, config: dict[str, Any]) -> None:
         self.store.write_json(f"{self.prefix}/pre_deploy/{_RUN_SAFE.sub('_', run_id)}.json", config)
@@ -71,7 +95,7 @@ class DeploymentState:
         return self.store.read_json(f"{self.prefix}/last_good.json")
 
     def record_good(self, run_id: str, config: dict[str, Any], benchmark: dict[str, Any] | None = None) -> None:
-        self.store.write_json(
+        self._write_record(
             f"{self.prefix}/last_good.json",
             {
                 "run_id": run_id,
@@ -100,7 +124,7 @@ class DeploymentState:
     def write_anchor(self, run_id: str, links: list[float], benchmark: dict[str, Any] | None,
                      app: dict[str, Any] | None = None) -> None:
         """``app``: the anchor's own app entry, which a canary's fresh baseline arm runs (``raylift.canary``)."""
-        self.store.write_json(
+        self._write_record(
             f"{self.prefix}/anchor.json",
             {"run_id": run_id, "links": list(links), "benchmark": benchmark,
              **({"app": app} if app else {}), "recorded_at": datetime.now(UTC).isoformat()},

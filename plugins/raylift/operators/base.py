@@ -116,7 +116,14 @@ class TargetOperator(BaseOperator):
             store = target.state_store()
         else:  # as before connections: the Params' aws_conn_id (None: the AWS default chain)
             store = open_store(target.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
-        return DeploymentState(store, target.cluster_key(), app_name)
+        state = DeploymentState(store, target.cluster_key(), app_name)
+        if target.held_lease is not None:  # under the release's lease: its records are written fenced by it
+            from raylift.serve_writer import cluster_lease
+
+            manager = cluster_lease(target)
+            if manager.store.uri == store.uri:
+                state.fenced(manager, target.held_lease)
+        return state
 
 
 class Stopwatch:
