@@ -57,7 +57,7 @@ from canary_release import (  # noqa: E402
     stop_stack,
 )
 
-BASE = 29000
+BASE = 17000  # below the ephemeral range and apart from every test stack: it can run beside the suite
 APP = "llm"
 OUT = ROOT / "bench/results/gate_real_aa.json"
 SAMPLES = ROOT / "bench/results/gate_real_aa_samples.json.gz"
@@ -239,9 +239,12 @@ def main() -> int:
     ap.add_argument("--same", type=int, default=30, help="same-speed releases (copy and seed, alternating)")
     ap.add_argument("--slow", type=int, default=10, help="slower releases")
     ap.add_argument("--slow-layers", type=int, default=8, help="layers of the slower model (the serving one has 2)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="Ray worker nodes beside the head (2: the serving app, the canary and the fresh baseline "
+                         "can each have a node of their own)")
     ap.add_argument("--out", type=Path, default=OUT, help="the results JSON (its samples beside it, .samples.json.gz)")
     args = ap.parse_args()
-    samples_path = SAMPLES if args.out == OUT else args.out.with_suffix(".samples.json.gz")
+    samples_path = SAMPLES if args.out.resolve() == OUT else args.out.with_suffix(".samples.json.gz")
     from raylift.targets.local import LocalTarget
 
     tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
@@ -249,7 +252,7 @@ def main() -> int:
     env = stack_env(home, base=BASE)
     os.environ.update({k: v for k, v in env.items() if k.startswith("RAYLIFT_")})  # this process reads the stack too
     assert airflow(env, "db", "migrate", timeout=300).returncode == 0
-    conf = stack_conf(tiny)
+    conf = {**stack_conf(tiny), "workers": args.workers}
     serve = f"http://127.0.0.1:{BASE + 10}"
     order = plan_order(args.same, args.slow)
     rows: list[dict[str, Any]] = []
@@ -311,7 +314,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, client: Client, 
            "date": datetime.now(UTC).isoformat(timespec="seconds"),
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                     text=True).stdout.strip(),
-           "load_average": os.getloadavg(), "slow_layers": args.slow_layers,
+           "load_average": os.getloadavg(), "slow_layers": args.slow_layers, "workers": args.workers,
            "seconds": round(time.monotonic() - t0), "summary": summary(rows), "releases": rows,
            "client": client_total or {"sent": client.sent, "failed": len(client.failures)}}
     args.out.parent.mkdir(exist_ok=True)
