@@ -57,7 +57,7 @@ from canary_release import (  # noqa: E402
     stop_stack,
 )
 
-BASE = 17000  # below the ephemeral range and apart from every test stack: it can run beside the suite
+BASE = 36000  # apart from every test stack and above Ray's worker ports (10002-19999): it can run beside the suite
 APP = "llm"
 OUT = ROOT / "bench/results/gate_real_aa.json"
 SAMPLES = ROOT / "bench/results/gate_real_aa_samples.json.gz"

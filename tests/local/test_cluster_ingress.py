@@ -77,8 +77,8 @@ def test_haproxy_ingress_is_what_ray_reads_on_this_clusters_own_ports(
 
 
 # the serve ports of the local clusters this project starts side by side: the default (make demo), each test
-# stack (port bases 21000-29000, 34000) and each bench stack (17000: gate_real_aa.py)
-PROJECT_SERVE_PORTS = (8000, 21010, 23010, 24010, 25010, 26010, 27010, 28010, 29010, 34010, 17010)
+# stack (port bases 21000-29000, 34000) and each bench stack (36000: gate_real_aa.py)
+PROJECT_SERVE_PORTS = (8000, 21010, 23010, 24010, 25010, 26010, 27010, 28010, 29010, 34010, 36010)
 
 
 def test_each_clusters_replicas_serve_on_their_own_ports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
