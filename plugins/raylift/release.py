@@ -356,7 +356,8 @@ def _placement_refusal(evidence: ReleaseEvidence, verdict: str) -> str | None:
         return None
     return (f"judged {verdict}, but Ray placed the arms unlike ({evidence.placement or 'placement not described'}): "
             f"a replica's node neighbours change its speed more than the tolerance, and this placement favoured "
-            f"the {favours}, so it alone could give this verdict")
+            f"the {favours}, so it alone could give this verdict; for a verdict, leave room for the canary and its "
+            f"baseline on nodes of their own (target local: the workers Param, one node per replica)")
 
 
 def _new_anchor(evidence: ReleaseEvidence, verdict: str, headline: float | None,

@@ -120,9 +120,11 @@ def test_max_seconds_bound_cancels_in_flight(stub: Stub) -> None:
     t0 = time.perf_counter()
     outcome = run(url, RequestProfile("b", 8, 0, 10, 0), 1000, 4, max_seconds=1.5)
     elapsed = time.perf_counter() - t0
-    assert elapsed < 3.0
+    # the bound, not the 1000 requests (~250 s), ends the run; the upper limits leave a starved box (the suite's
+    # three lanes on 2 cores) its slack: 1.87 s was measured there, and a second wave would end by ~2 s
+    assert elapsed < 4.0
     assert len(outcome.records) == 4  # one wave finished, the second was cut off
-    assert outcome.cancelled == 4 and outcome.duration_s == pytest.approx(1.5, abs=0.3)
+    assert outcome.cancelled == 4 and 1.45 <= outcome.duration_s < 2.5, outcome.duration_s
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
