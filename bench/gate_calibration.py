@@ -1,7 +1,7 @@
 """Fit the gate simulation's noise model to real replicas, and the real runs' own sequence figures (issue 45).
 
-Reads a ``bench/gate_real_aa.py`` run: ``--source bench/results/gate_real_aa_session31`` (the default, what
-``gate_calibration.json`` was fitted on) reads ``..._samples.json.gz`` and ``....json`` (per
+Reads a ``bench/gate_real_aa.py`` run: ``--source bench/results/gate_real_aa_session31.json`` (the default, what
+``gate_calibration.json`` was fitted on) and its samples beside it, ``..._samples.json.gz`` (per
 release three arms measured in the same rounds: ``candidate`` (the canary), ``serving`` (the serving app under a
 live client) and ``fresh`` (a fresh replica of the serving config)). On the log of e2e latency (the headline's
 metric), per level:
@@ -174,15 +174,17 @@ def match_round_sigma(machine: dict[str, Any], real_sd: float, trials: int = 150
 def main() -> int:
     import argparse
 
+    from gate_real_aa import samples_path  # one naming of a run's samples, the writer's (bench/: this folder)
+
     from raylift.config import DEFAULT_MAX_CUMULATIVE_REGRESSION
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--source", default=str(RESULTS / "gate_real_aa_session31"),
-                    help="a gate_real_aa.py run: PATH.json and PATH_samples.json.gz")
-    source = Path(ap.parse_args().source)
-    samples_path = source.with_name(source.name + "_samples.json.gz")
-    samples = [json.loads(line) for line in gzip.open(samples_path, "rt")]
-    real = json.loads(source.with_name(source.name + ".json").read_text())
+    ap.add_argument("--source", type=Path, default=RESULTS / "gate_real_aa_session31.json",
+                    help="a gate_real_aa.py run's results JSON (its samples beside it, as that script writes them)")
+    source = ap.parse_args().source
+    samples_at = samples_path(source)
+    samples = [json.loads(line) for line in gzip.open(samples_at, "rt")]
+    real = json.loads(source.read_text())
     fitted = fit(samples)
     real_sd = real["summary"]["vs_fresh"]["same_speed_headline_sd"]
     real_e2e_sd = statistics.fmean(v["request_log_sd_e2e"] for v in fitted["per_level"].values())
@@ -191,8 +193,8 @@ def main() -> int:
     rs, grid = match_round_sigma(fitted["machine"], real_sd)
     fitted["round_sigma_from_round_medians"] = fitted["machine"]["round_sigma"]
     fitted["machine"]["round_sigma"] = rs
-    out = {"source": {"samples": str(samples_path.relative_to(ROOT) if samples_path.is_relative_to(ROOT)
-                                     else samples_path), "date": real["date"],
+    out = {"source": {"samples": str(samples_at.relative_to(ROOT) if samples_at.is_relative_to(ROOT)
+                                     else samples_at), "date": real["date"],
                       "commit": real["commit"], "releases": len(samples)},
            **fitted, "round_sigma_matched": {"real_same_speed_headline_sd": real_sd, "grid": grid},
            "real_sequences": sequences(real["releases"], DEFAULT_MAX_CUMULATIVE_REGRESSION)}

@@ -60,7 +60,12 @@ from canary_release import (  # noqa: E402
 BASE = 36000  # apart from every test stack and above Ray's worker ports (10002-19999): it can run beside the suite
 APP = "llm"
 OUT = ROOT / "bench/results/gate_real_aa.json"
-SAMPLES = ROOT / "bench/results/gate_real_aa_samples.json.gz"
+
+
+def samples_path(out: Path) -> Path:
+    """Where a run whose results go to ``out`` (``NAME.json``) keeps its per-request samples: ``NAME_samples.json.gz``
+    (what ``gate_calibration.py --source`` reads)."""
+    return out.with_name(out.stem + "_samples.json.gz")
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -242,9 +247,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2,
                     help="Ray worker nodes beside the head (2: the serving app, the canary and the fresh baseline "
                          "can each have a node of their own)")
-    ap.add_argument("--out", type=Path, default=OUT, help="the results JSON (its samples beside it, .samples.json.gz)")
+    ap.add_argument("--out", type=Path, default=OUT, help="the results JSON NAME.json (its samples beside it, NAME_samples.json.gz)")
     args = ap.parse_args()
-    samples_path = SAMPLES if args.out.resolve() == OUT else args.out.with_suffix(".samples.json.gz")
     from raylift.targets.local import LocalTarget
 
     tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
@@ -264,7 +268,7 @@ def main() -> int:
         models = home / "models"
         slow_model = models / f"tiny-{args.slow_layers}-layers"
         make_model(slow_model, seed=0, layers=args.slow_layers)
-        with Client(serve) as client, gzip.open(samples_path, "wt") as samples_out:
+        with Client(serve) as client, gzip.open(samples_path(args.out), "wt") as samples_out:
             time.sleep(5)
             for i, kind in enumerate(order):
                 path = None
