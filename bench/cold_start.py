@@ -6,7 +6,7 @@ Each round runs the three in this order, so machine drift falls on all of them a
 1. **plain vLLM**: its API server (``python -m vllm.entrypoints.openai.api_server``, what ``vllm serve`` runs) on the
    tiny model with llm-cpu.yaml's engine options and env vars, its default weight loader (the folder is local):
    spawn to ``/health`` 200 (``ready_s``), and to the first token of a streamed completion sent right then
-   (``first_token_s``); phases from its own log lines (``raylift.cold_start.parse_engine_log``).
+   (``first_token_s``); phases from its own log lines (``raylift.serve.cold_start.parse_engine_log``).
 2. **raylift, fresh checkout**: a new ``RAYLIFT_HOME`` (empty model store, no Ray cluster, a new Airflow DB migrated
    before the clock starts, as ``make demo``'s step 3) and ``airflow dags test raylift_deploy`` with the demo's conf:
    the run record's ``trigger_to_running_s`` and ``trigger_to_first_token_s`` (the smoke test's stream), and its
@@ -55,14 +55,14 @@ MODEL_NAME = "tiny-llama"
 
 
 def llm_app() -> dict[str, Any]:
-    from raylift.serve_config import load_config
+    from raylift.serve.config import load_config
 
     return dict(load_config(ROOT / "serve_apps/configs/llm-cpu.yaml")["applications"][0])
 
 
 def plain_vllm(model: Path, log: Path) -> dict[str, Any]:
     """Plain vLLM's API server: spawn -> /health (ready) -> first streamed token; its log's phases."""
-    from raylift.cold_start import parse_engine_log
+    from raylift.serve.cold_start import parse_engine_log
 
     app = llm_app()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from raylift.release import compound  # noqa: E402
+from raylift.release.decision import compound  # noqa: E402
 
 RESULTS = ROOT / "bench/results"
 

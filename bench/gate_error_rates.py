@@ -8,7 +8,7 @@ Issue 26's targets: an unchanged candidate falsely rejected in <= 2 %; a 10 %, 2
 lognormal factor, sigma 0.3), for the very requests the benchmark sends (the ``smoke`` profile's seeded output
 lengths, ``raylift.bench.profiles.generate_requests``) in its rounds (``raylift.bench.runner.rounds_for``:
 8 rounds of 8 at concurrency 1 and 4, the levels taking turns), shaped as ``levels[*].samples`` with
-``round_sizes``, so :func:`raylift.bench.gates.assess` / :func:`raylift.bench.judgement.judge` and
+``round_sizes``, so :func:`raylift.release.gates.assess` / :func:`raylift.bench.judgement.judge` and
 :func:`raylift.release.decide` judge them as they judge real results. On top:
 
 - a **round effect**: every request of a round times one lognormal factor (sigma 0.05), the machine's state
@@ -69,11 +69,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT))
 
-from raylift.bench.gates import assess, merged_slos  # noqa: E402
 from raylift.bench.profiles import generate_requests, get_profile  # noqa: E402
 from raylift.bench.runner import _split, rounds_for  # noqa: E402
 from raylift.config import REGRESSION_MIN_REQUESTS  # noqa: E402
-from raylift.release import (  # noqa: E402
+from raylift.release.decision import (  # noqa: E402
     CONFIRM_FACTOR,
     HOLD,
     PROMOTE,
@@ -84,6 +83,7 @@ from raylift.release import (  # noqa: E402
     decide,
     next_anchor_links,
 )
+from raylift.release.gates import assess, merged_slos  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 PROFILE = "smoke"

@@ -2,9 +2,9 @@
 
 One local Ray cluster serves the tiny model (``raylift_deploy`` through ``airflow dags test``, the product's
 first deploy); a client sends one chat request every 2 s to the serving app the whole time. Then, per release,
-the canary path's own steps (``raylift.canary.plan_canary`` / ``with_canary`` / ``without_canary``, Serve's
+the canary path's own steps (``raylift.release.canary.plan_canary`` / ``with_canary`` / ``without_canary``, Serve's
 REST API, ``raylift.bench.runner.run_side_by_side`` with the DAG's default benchmark Params,
-``raylift.bench.gates.assess``, ``raylift.release.decide``) with one arm more:
+``raylift.release.gates.assess``, ``raylift.release.decide``) with one arm more:
 
 - ``candidate``: the release as the canary app (1 fresh replica, no user traffic);
 - ``serving``: the serving app, carrying the live client's requests (today's baseline arm);
@@ -111,14 +111,14 @@ def judged(result: Mapping[str, Any], baseline: Mapping[str, Any], requests_per_
            favours: str | None = None) -> dict[str, Any]:
     """The gate's judgement and decision of ``result`` against ``baseline`` (a single release: no chain), and the
     requests per level the gate would measure it again with (``confirm_requests``; None: it decides).
-    ``favours``: the arm the two arms' Ray placement favours (``raylift.placement``), as the gate reads it."""
-    from raylift.bench.gates import assess, merged_slos
+    ``favours``: the arm the two arms' Ray placement favours (``raylift.serve.placement``), as the gate reads it."""
     from raylift.config import (
         DEFAULT_MAX_CUMULATIVE_REGRESSION,
         DEFAULT_MAX_REGRESSION,
         DEFAULT_REGRESSION_CONFIDENCE,
     )
-    from raylift.release import ReleaseEvidence, confirmation_requests, decide
+    from raylift.release.decision import ReleaseEvidence, confirmation_requests, decide
+    from raylift.release.gates import assess, merged_slos
 
     baseline = {**baseline, "model": result.get("model")}
     judgement, violations = assess(result, merged_slos({}), baseline, max_regression=DEFAULT_MAX_REGRESSION,
@@ -143,11 +143,11 @@ def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def release(target: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
     from raylift.bench.runner import Arm, run_side_by_side
-    from raylift.canary import fresh_baseline_app, plan_canary, with_canary, without_canary
     from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
-    from raylift.placement import arms_placement
-    from raylift.release import CONFIRM_FACTOR
-    from raylift.serve_config import app_by_name, merge_app
+    from raylift.release.canary import fresh_baseline_app, plan_canary, with_canary, without_canary
+    from raylift.release.decision import CONFIRM_FACTOR
+    from raylift.serve.config import app_by_name, merge_app
+    from raylift.serve.placement import arms_placement
 
     current = target.current_serve_config()
     serving = app_by_name(current, APP)

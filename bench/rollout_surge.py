@@ -68,12 +68,12 @@ def update(target: Any, way: str, base: dict, app: dict, version: str) -> None:
     """Apply the translator at ``version`` one way, and return once Serve reports it RUNNING (settled)."""
     import copy
 
-    from raylift.rollout import wait_for_apps, with_native_surge, with_surge
-    from raylift.serve_config import merge_app
+    from raylift.release.rollout import wait_for_apps, with_native_surge, with_surge
+    from raylift.serve.config import merge_app
 
     new = copy.deepcopy(app)
     new["args"]["version"] = version
-    if way == "native_max_surge_percent":  # what raylift's deploy does now (raylift.rollout)
+    if way == "native_max_surge_percent":  # what raylift's deploy does now (raylift.release.rollout)
         new = with_native_surge(new, 1)
     config = merge_app(target.current_serve_config(), new, defaults=base)
     writes = [config]
@@ -98,8 +98,8 @@ def main() -> int:
     import subprocess
 
     from raylift.config import repo_root
-    from raylift.rollout import wait_for_apps
-    from raylift.serve_config import load_config, merge_app, render_app
+    from raylift.release.rollout import wait_for_apps
+    from raylift.serve.config import load_config, merge_app, render_app
     from raylift.targets.local import LocalTarget
 
     t5 = home / "tiny-t5"

@@ -51,7 +51,7 @@ def wait_http(url: str, timeout_s: float) -> None:
 def app_template() -> dict:
     """The Serve config's LLM app: its engine args and env vars are what plain vLLM gets too."""
     from raylift.config import repo_root
-    from raylift.serve_config import load_config
+    from raylift.serve.config import load_config
 
     return load_config(repo_root() / "serve_apps/configs/llm-cpu.yaml")
 
@@ -100,8 +100,8 @@ def start_serve(model: Path, name: str, home: Path, *, app_args: dict, env_vars:
 
 
 def _deploy(target: object, model: Path, name: str, *, app_args: dict, env_vars: dict[str, str]) -> object:
-    from raylift.rollout import wait_for_apps
-    from raylift.serve_config import merge_app, render_app
+    from raylift.release.rollout import wait_for_apps
+    from raylift.serve.config import merge_app, render_app
 
     artifact = target.build_artifact()
     staged = target.stage_model(source=str(model), model_id="bench/tiny", progress=lambda _: None)

@@ -6,7 +6,7 @@ from an earlier run on this host helps except the artifact. It builds the app's 
 (``LLMServer.__init__``: warm-up cache, model location, vLLM engine; no Ray), on the tiny Llama in a local store
 (``<tmp>/model-store/tiny/main/sha256-bench``), with llm-cpu.yaml's env (``VLLM_USE_AOT_COMPILE=0`` etc.).
 Runs alternate cold, warm, cold, ... (a cold run first deletes the artifact), so drift hits both alike. Phases are
-vLLM's own log timings (``raylift.cold_start.parse_engine_log``); "new files" counts what the engine wrote into the
+vLLM's own log timings (``raylift.serve.cold_start.parse_engine_log``); "new files" counts what the engine wrote into the
 cache folder besides its lock files (a warm start that really loaded compiles nothing, so writes nothing).
 
     .cache/venvs/control/bin/python bench/warmup_cache.py [--rounds 3]
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 from bench.harness.local_stack import tiny_model_path  # noqa: E402
-from raylift.cold_start import parse_engine_log  # noqa: E402
+from raylift.serve.cold_start import parse_engine_log  # noqa: E402
 
 RUNTIME_PYTHON = ROOT / ".cache/venvs/runtime/bin/python"
 RESULTS = ROOT / "bench/results/warmup_cache.json"

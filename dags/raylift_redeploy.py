@@ -14,9 +14,10 @@ at parse time without querying the metadata store; default 03:00 UTC);
 catchup=False, so unpausing runs at most the latest due redeploy, never a backlog.
 Asset: the ``raylift-staged-model`` alias (StageModelOperator with that outlet, e.g. raylift_stage_model);
 such a run deploys the announced model with the rest of the last good Params, on the clusters of its store. The
-deploy itself is a raylift_deploy run, so build, stage, gates, rollback and run record are the same, and
-raylift_deploy's max_active_runs=1 keeps a redeploy from overlapping a manual deploy (and the clusters' redeploys
-from overlapping each other). While raylift_deploy is paused (a deploy freeze), the redeploy's runs of it wait
+deploy itself is a raylift_deploy run, so build, stage, gates, rollback and run record are the same, and each
+cluster's writer lease (not max_active_runs: raylift_deploy allows 8 runs, one per cluster) keeps a redeploy from
+overlapping a manual deploy of the same cluster; a redeploy's gate never holds for a person (``on_inconclusive``
+``raylift.config.SCHEDULED_ON_INCONCLUSIVE``). While raylift_deploy is paused (a deploy freeze), the redeploy's runs of it wait
 queued until it is unpaused.
 """
 

@@ -1,4 +1,4 @@
-"""A replica's cold start by phase (raylift.cold_start), read from one real engine start's records.
+"""A replica's cold start by phase (raylift.serve.cold_start), read from one real engine start's records.
 
 tests/fixtures/cold_start/ holds what the Ray dashboard returned for one replica of the LLM app (llm-cpu.yaml as
 committed: vLLM at INFO, load_format runai_streamer, the tiny model) started on this machine: see its README.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from raylift.cold_start import (
+from raylift.serve.cold_start import (
     LINE_PHASES,
     new_replicas,
     parse_engine_log,

@@ -42,7 +42,7 @@ def worker(spec: dict[str, Any]) -> None:
     os.environ["RAYLIFT_HOME"] = spec["home"]
     go = Path(spec["go"]) if spec.get("go") else None
     if spec["mode"] == "serve_lock":  # the operators' path: serve_writer on a target whose state store is shared
-        from raylift.serve_writer import cluster_lock
+        from raylift.release.writer import cluster_lock
         from raylift.targets.local import LocalTarget
 
         target = LocalTarget(model_store=spec["uri"])
@@ -307,7 +307,13 @@ def test_a_writer_paused_after_its_fence_check_is_refused_by_the_store(store_uri
 def test_the_serve_writer_commits_its_fenced_record_before_the_put(tmp_path: Path) -> None:
     """The Serve PUT (Ray has no conditional PUT) is preceded by the fenced, store-conditional record: a stale
     holder's ticket is refused and nothing is sent."""
-    from raylift.serve_writer import ServeConfigConflictError, _prepare, _put, cluster_lease, write_record_key
+    from raylift.release.writer import (
+        ServeConfigConflictError,
+        _prepare,
+        _put,
+        cluster_lease,
+        write_record_key,
+    )
     from raylift.targets.local import LocalTarget
 
     target = LocalTarget(model_store=str(tmp_path / "store"))
@@ -377,7 +383,7 @@ def test_the_release_records_are_written_fenced_under_the_lease(store_uri: str) 
     """Issue 45: the anchor and last good records, written under a release's lease (DeploymentState.fenced), are
     refused once the lease moved on: a holder whose lease expired and was taken over lands no old anchor over the
     new holder's, and an old token cannot overwrite a newer holder's record."""
-    from raylift.deploy_state import DeploymentState
+    from raylift.release.state import DeploymentState
 
     store = open_store(store_uri)
     manager = LeaseManager(store, KEY)

@@ -1,10 +1,10 @@
-"""raylift.placement: which arm of a canary Ray's placement favours, read from Serve's applications status."""
+"""raylift.serve.placement: which arm of a canary Ray's placement favours, read from Serve's applications status."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from raylift.placement import arm_placement, arms_placement, uses_accelerators
+from raylift.serve.placement import arm_placement, arms_placement, uses_accelerators
 
 
 def status(**apps: list[str]) -> dict[str, Any]:

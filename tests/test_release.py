@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from raylift.errors import RayliftValueError
-from raylift.release import (
+from raylift.release.decision import (
     HOLD,
     PROMOTE,
     ROLL_BACK,
@@ -201,7 +201,7 @@ def test_against_a_fresh_replica_of_the_anchor_the_headline_is_the_change_since_
 
 def test_a_pilot_is_measured_again_only_inside_the_unclear_band() -> None:
     """Issue 45: +3 % < pilot headline <= +25 %: 4x the requests; outside it (or unmeasured) the pilot decides."""
-    from raylift.release import confirmation_requests
+    from raylift.release.decision import confirmation_requests
 
     assert confirmation_requests(judgement("inconclusive", 0.05), 128) == 512
     assert confirmation_requests(judgement("regressed", 0.25), 16) == 64
@@ -219,7 +219,7 @@ def test_a_pilot_is_measured_again_only_inside_the_unclear_band() -> None:
 ])
 def test_a_verdict_the_arms_placement_alone_could_give_is_refused(favours: str | None, verdict: str, action: str,
                                                                  refused: bool) -> None:
-    """Ray placed the canary's arms on unlike nodes (raylift.placement): a sharing replica measured +26..65 %
+    """Ray placed the canary's arms on unlike nodes (raylift.serve.placement): a sharing replica measured +26..65 %
     slower on the real stack, so a verdict in the placement's favour is inconclusive (on_inconclusive decides)."""
     d = decide(ev(judgement=judgement(verdict, 0.4 if verdict == "regressed" else 0.0), on_inconclusive="hold",
                   placement_favours=favours, placement="the candidate (llm-canary) on node(s) aaaa with 0 other"))

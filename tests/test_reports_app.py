@@ -16,8 +16,8 @@ from fastapi import FastAPI
 
 from raylift.bench.report import report_url, write_report
 from raylift.config import REPORTS_URL_PREFIX
-from raylift.deploy_state import run_key
 from raylift.operators.benchmark import BenchmarkReportLink
+from raylift.release.state import run_key
 from tests.bench.test_cost_gates_report import _level, _result
 from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
 

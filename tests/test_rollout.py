@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from raylift.rollout import restarts_replicas, surge_percent, with_native_surge, with_surge
-from raylift.serve_config import app_by_name, load_config, merge_app, render_app
+from raylift.release.rollout import restarts_replicas, surge_percent, with_native_surge, with_surge
+from raylift.serve.config import app_by_name, load_config, merge_app, render_app
 
 CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
 

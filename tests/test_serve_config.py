@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from raylift.errors import RayliftValueError
-from raylift.serve_config import load_config, merge_app, render_app
+from raylift.serve.config import load_config, merge_app, render_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def rendered(config: Path, **kw: object) -> dict:
 
 
 def test_every_config_names_a_known_app_kind() -> None:
-    from raylift.serve_config import app_kind
+    from raylift.serve.config import app_kind
 
     kinds = {c.name: app_kind(load_config(c)["applications"][0]).name for c in CONFIGS}
     assert {k for name, k in kinds.items() if name.startswith("llm-")} == {"llm"}
@@ -71,14 +71,14 @@ def test_every_config_names_a_known_app_kind() -> None:
 
 
 def test_an_import_path_outside_serve_apps_is_refused() -> None:
-    from raylift.serve_config import app_kind
+    from raylift.serve.config import app_kind
 
     with pytest.raises(RayliftValueError, match=r"imports 'my_mod:app'.*llm\.app:build_app"):
         app_kind({"name": "x", "import_path": "my_mod:app"})
 
 
 def test_autoscaling_params_replace_fixed_replicas() -> None:
-    from raylift.serve_config import apply_autoscaling
+    from raylift.serve.config import apply_autoscaling
 
     app = apply_autoscaling(rendered(ROOT / "serve_apps/configs/llm-cpu.yaml", replicas=3), SEED_AUTOSCALING)
     dep = app["deployments"][0]
@@ -90,7 +90,7 @@ def test_autoscaling_params_replace_fixed_replicas() -> None:
 
 
 def test_autoscaling_params_merge_over_the_configs_own() -> None:
-    from raylift.serve_config import apply_autoscaling
+    from raylift.serve.config import apply_autoscaling
 
     app = apply_autoscaling(rendered(ROOT / "serve_apps/configs/llm-gpu.yaml"), {"min_replicas": 1})
     assert app["deployments"][0]["autoscaling_config"]["min_replicas"] == 1
@@ -100,7 +100,7 @@ def test_autoscaling_params_merge_over_the_configs_own() -> None:
 
 
 def test_route_prefix_override_and_app_url() -> None:
-    from raylift.serve_config import app_url
+    from raylift.serve.config import app_url
 
     app = rendered(ROOT / "serve_apps/configs/translator-cpu.yaml", route_prefix="/translate")
     assert app["route_prefix"] == "/translate"
@@ -115,7 +115,7 @@ def test_configs_and_rendered_apps_pass_ray_serves_own_schema() -> None:
     import subprocess
 
     from raylift.config import local_settings
-    from raylift.serve_config import apply_autoscaling
+    from raylift.serve.config import apply_autoscaling
 
     docs = [load_config(c) for c in CONFIGS]
     for c in CONFIGS:
@@ -169,7 +169,7 @@ def test_the_params_form_takes_the_kuberay_seeds_autoscaling() -> None:
 
 def test_replicas_under_autoscaling_are_the_floor_never_dropped() -> None:
     """llm-gpu.yaml scales 0-5: the replicas asked for become its floor (Serve starts there), not nothing."""
-    from raylift.serve_config import apply_autoscaling
+    from raylift.serve.config import apply_autoscaling
 
     dep = rendered(ROOT / "serve_apps/configs/llm-gpu.yaml", replicas=2)["deployments"][0]
     assert "num_replicas" not in dep

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
+from raylift.serve.status import FAILED_APP_STATES, ApplicationStatus
 
 RUNTIME = Path(__file__).resolve().parents[1] / ".cache/venvs/runtime/bin/python"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from raylift.errors import ServeFitError
-from raylift.serve_config import app_kind, apply_autoscaling, load_config, render_app
-from raylift.serve_validation import Cluster, check_fit
+from raylift.serve.config import app_kind, apply_autoscaling, load_config, render_app
+from raylift.serve.validation import Cluster, check_fit
 
 CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
 G5_12X = {"CPU": 48.0, "GPU": 4.0, "accelerator_type:A10G": 1.0}
@@ -292,7 +292,7 @@ def test_the_whole_config_is_checked_by_rays_serve_deploy_schema() -> None:
 
 def test_ray_serve_schema_is_not_imported_with_the_module() -> None:
     """The DAG processor imports the operators: Ray's models load only when a deploy checks a config."""
-    code = "import sys, raylift.serve_validation; sys.exit('ray' in sys.modules or 'pydantic' in sys.modules)"
+    code = "import sys, raylift.serve.validation; sys.exit('ray' in sys.modules or 'pydantic' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
 

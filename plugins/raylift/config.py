@@ -6,10 +6,14 @@ versions) lives here, so the DAGs, operators, tests and the demo agree on one va
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 
 def _env_path(name: str, default: Path) -> Path:
@@ -239,7 +243,7 @@ DEPLOY_TIMEOUT_S = 600
 RAY_JOB_TIMEOUT_S = 300.0
 # Start-before-stop rollouts: Ray Serve 2.60, at its default, stops an old replica *before* starting its
 # replacement (rolling waves of max(20 % of replicas, 1)), so a 1-replica app goes dark during every code
-# update. raylift sets each deployment's max_surge_percent for this many extra replicas (raylift.rollout);
+# update. raylift sets each deployment's max_surge_percent for this many extra replicas (raylift.release.rollout);
 # the default of the surge_replicas Param. 0: stop-before-start. Env RAYLIFT_ROLLOUT_SURGE overrides.
 ROLLOUT_SURGE_REPLICAS = int(os.environ.get("RAYLIFT_ROLLOUT_SURGE", "1"))
 POLL_INTERVAL_S = 3.0
@@ -299,6 +303,38 @@ DEFAULT_MAX_CUMULATIVE_REGRESSION = 0.09
 # these, so {"max_ttft_p99_ms": 500} keeps max_error_rate 0); null in the Param turns one off.
 DEFAULT_SLOS: dict[str, float | None] = {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None,
                                          "max_error_rate": 0.0}
+
+# Every raylift_deploy Param's default, written once: the DAGs' Params (raylift.dag_params), the operators' fallbacks
+# when a Param arrives empty, and the README's Params table read it here (tests/dags/test_param_defaults.py holds
+# them to it). model_source is left out: its default is a path on this machine (dag_params.default_model_source).
+PARAM_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    # where
+    "cluster_conn_id": None, "target": "local", "target_options": {},
+    # model
+    "model_id": "raylift/tiny-llama", "revision": "", "hub_allow_patterns": None, "hub_ignore_patterns": None,
+    "served_name": "tiny-llama",
+    # serving
+    "app_name": DEFAULT_APP_NAME, "serve_config": "auto", "route_prefix": None, "replicas": 1,
+    "surge_replicas": ROLLOUT_SURGE_REPLICAS, "autoscaling": {}, "workers": 0, "engine_args": {}, "app_args": {},
+    # benchmark
+    "benchmark_profile": "smoke", "concurrency": [1, 4], "requests_per_level": DEFAULT_REQUESTS_PER_LEVEL,
+    "max_seconds_per_level": DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, "cost": {}, "sweep": {}, "warmup_requests": 0,
+    "slos": DEFAULT_SLOS,
+    # release
+    "release": "canary", "max_regression": DEFAULT_MAX_REGRESSION,
+    "max_cumulative_regression": DEFAULT_MAX_CUMULATIVE_REGRESSION,
+    "regression_confidence": DEFAULT_REGRESSION_CONFIDENCE, "on_inconclusive": DEFAULT_ON_INCONCLUSIVE,
+    "approval_timeout_minutes": APPROVAL_TIMEOUT_MINUTES, "approval_default": APPROVAL_DEFAULT,
+    "regression_strict": DEFAULT_REGRESSION_STRICT, "regression_baseline": "last_good",
+})
+
+
+def param_default(name: str) -> Any:
+    """A Param's default from :data:`PARAM_DEFAULTS`, as a fresh copy (a caller may change a dict or list)."""
+    try:
+        return copy.deepcopy(PARAM_DEFAULTS[name])
+    except KeyError:
+        raise KeyError(f"{name!r} is not a raylift_deploy Param: add its default to raylift.config.PARAM_DEFAULTS") from None
 
 
 def local_settings() -> LocalSettings:

@@ -7,22 +7,13 @@ from typing import Any
 from airflow.sdk import Param
 
 from raylift.config import (
-    APPROVAL_DEFAULT,
-    APPROVAL_TIMEOUT_MINUTES,
-    DEFAULT_APP_NAME,
-    DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S,
-    DEFAULT_MAX_CUMULATIVE_REGRESSION,
-    DEFAULT_MAX_REGRESSION,
-    DEFAULT_ON_INCONCLUSIVE,
-    DEFAULT_REGRESSION_CONFIDENCE,
-    DEFAULT_REGRESSION_STRICT,
-    DEFAULT_REQUESTS_PER_LEVEL,
     MAX_BENCHMARK_LEVEL_TIMEOUT_S,
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_LEVELS,
     REGRESSION_MIN_REQUESTS,
-    ROLLOUT_SURGE_REPLICAS,
+    SCHEDULED_ON_INCONCLUSIVE,
     local_settings,
+    param_default,
 )
 from raylift.targets import TARGETS
 
@@ -36,9 +27,33 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*$"
 
 
+# The trigger form's sections (Airflow's ``section``), in the order a run is read: where it goes, which model, how it
+# serves, how it is measured, how it is released. A Param named nowhere here stays in Airflow's default section.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Where": ("cluster_conn_id", "target", "target_options"),
+    "Model": ("model_source", "model_id", "revision", "hub_allow_patterns", "hub_ignore_patterns", "served_name"),
+    "Serving": ("app_name", "serve_config", "route_prefix", "replicas", "surge_replicas", "autoscaling", "workers",
+                "engine_args", "app_args"),
+    "Benchmark": ("benchmark_profile", "concurrency", "requests_per_level", "max_seconds_per_level", "cost", "sweep",
+                  "warmup_requests", "slos"),
+    "Release": ("release", "max_regression", "max_cumulative_regression", "regression_confidence", "on_inconclusive",
+                "approval_timeout_minutes", "approval_default", "regression_strict", "regression_baseline"),
+}
+SECTION_OF = {name: section for section, names in SECTIONS.items() for name in names}
+
+
 def param(default: Any, description: str | None = None, **schema: Any) -> Param:
     """An Airflow Param whose JSON schema names draft-07 (see JSON_SCHEMA_DRAFT); keywords as ``Param``'s."""
     return Param(default, description=description, schema={"$schema": JSON_SCHEMA_DRAFT, **schema})
+
+
+def in_sections(params: dict[str, Param]) -> dict[str, Param]:
+    """The Params with their trigger-form section (``SECTIONS``) set in each schema, in the sections' order."""
+    for name, p in params.items():
+        if name in SECTION_OF:
+            p.schema["section"] = SECTION_OF[name]
+    order = {name: i for i, name in enumerate(SECTION_OF)}
+    return dict(sorted(params.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def default_model_source() -> str:
@@ -47,21 +62,21 @@ def default_model_source() -> str:
 
 
 def target_params() -> dict[str, Param]:
-    return {
+    return in_sections({
         "cluster_conn_id": param(
-            None, type=["null", "string"], pattern=NAME_PATTERN,
+            param_default("cluster_conn_id"), type=["null", "string"], pattern=NAME_PATTERN,
             description="The cluster, by Airflow connection id (type raylift_cluster: its kind, where it is, its Ray "
             "token, its state store). null: the target Param with target_options (local needs nothing).",
         ),
-        "target": param("local", type="string", enum=sorted(TARGETS),
+        "target": param(param_default("target"), type="string", enum=sorted(TARGETS),
                         description="Where to deploy when no cluster connection is named (with one: its kind)"),
         "target_options": param(
-            {},
+            param_default("target_options"),
             type="object",
             description="Target-specific options (ECS/EKS: cluster, services, bucket, conn ids...; ray, a Ray cluster "
             "raylift did not start: dashboard_url and serve_url). Empty for local.",
         ),
-    }
+    })
 
 
 def deploy_params() -> dict[str, Param]:
@@ -74,24 +89,24 @@ def deploy_params() -> dict[str, Param]:
             minLength=1,
             description="Local path, file://, s3://bucket/prefix, or a hub repo id (org/name)",
         ),
-        "model_id": param("raylift/tiny-llama", type="string", minLength=1, description="Name in the model store"),
-        "revision": param("", type=["string", "null"], description="Hub revision / tag (empty: default)"),
+        "model_id": param(param_default("model_id"), type="string", minLength=1, description="Name in the model store"),
+        "revision": param(param_default("revision"), type=["string", "null"], description="Hub revision / tag (empty: default)"),
         "hub_allow_patterns": param(
-            None, type=["null", "array"], items={"type": "string"},
+            param_default("hub_allow_patterns"), type=["null", "array"], items={"type": "string"},
             description="Hub sources: only files matching these globs (null: all), e.g. [\"*.json\", \"*Q4_K_M.gguf\"]",
         ),
         "hub_ignore_patterns": param(
-            None, type=["null", "array"], items={"type": "string"},
+            param_default("hub_ignore_patterns"), type=["null", "array"], items={"type": "string"},
             description="Hub sources: skip files matching these globs. null: skip duplicate weight formats "
             "(*.bin, *.pth, original/*, *.gguf... when *.safetensors exist); []: take every file",
         ),
         "served_name": param(
-            "tiny-llama", type="string", pattern=SERVED_NAME_PATTERN, maxLength=128,
+            param_default("served_name"), type="string", pattern=SERVED_NAME_PATTERN, maxLength=128,
             description="Model name clients send in requests (may hold '/', e.g. meta-llama/Llama-2-13b-chat-hf)",
         ),
-        "app_name": param(DEFAULT_APP_NAME, type="string", pattern=NAME_PATTERN, description="Serve application"),
+        "app_name": param(param_default("app_name"), type="string", pattern=NAME_PATTERN, description="Serve application"),
         "serve_config": param(
-            "auto", type="string", pattern=r"^(auto|[A-Za-z0-9._-]+\.ya?ml)$",
+            param_default("serve_config"), type="string", pattern=r"^(auto|[A-Za-z0-9._-]+\.ya?ml)$",
             description="Base Serve config in serve_apps/configs/: picks the app (llm-*, translator-*, llamacpp-*) "
             "and its hardware profile (cpu, gpu, gpu-tp4, gpu-pp3-tp4, neuron, graviton). auto: follow the cluster's "
             "instances (ECS/EKS, from EC2's instance-type data: llm-gpu.yaml on NVIDIA GPUs, llm-neuron.yaml on "
@@ -99,21 +114,21 @@ def deploy_params() -> dict[str, Param]:
             "A named profile the cluster's instances cannot run is refused before anything is applied",
         ),
         "route_prefix": param(
-            None, type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",
+            param_default("route_prefix"), type=["null", "string"], pattern=r"^/[A-Za-z0-9._/-]*$",
             description="Where the app answers (null: the config's, usually /); give apps sharing a cluster their own. "
             "Normalised: /foo/ is /foo, // is /",
         ),
-        "replicas": param(1, type="integer", minimum=1, maximum=64,
+        "replicas": param(param_default("replicas"), type="integer", minimum=1, maximum=64,
                           description="Serve replicas of the model (Ray Serve needs at least 1; raylift_undeploy removes an app)"),
         "surge_replicas": param(
-            ROLLOUT_SURGE_REPLICAS, type="integer", minimum=0, maximum=8,
+            param_default("surge_replicas"), type="integer", minimum=0, maximum=8,
             description="Replicas a code update (new weights, engine args, package) starts beside the old ones before "
             "stopping them: start-before-stop, no request fails. 0: stop-before-start, for a cluster with no room for "
             "one more replica; Serve then stops old replicas before the new ones load, and a 1-replica app is dark "
             "for its whole model load (the deploy logs how long)",
         ),
         "autoscaling": param(
-            {},
+            param_default("autoscaling"),
             type="object",
             properties={
                 "target_ongoing_requests": {"type": "number", "exclusiveMinimum": 0},
@@ -129,34 +144,34 @@ def deploy_params() -> dict[str, Param]:
             '{"target_ongoing_requests": 2, "max_ongoing_requests": 5, "min_replicas": 0, "max_replicas": 5, '
             '"downscale_delay_s": 600}',
         ),
-        "workers": param(0, type="integer", minimum=0, maximum=64, description="Ray worker nodes besides the head"),
+        "workers": param(param_default("workers"), type="integer", minimum=0, maximum=64, description="Ray worker nodes besides the head"),
         "engine_args": param(
-            {}, type="object",
+            param_default("engine_args"), type="object",
             description="Extra engine args: vLLM's for llm-*.yaml (e.g. {\"max_model_len\": 2048}), "
             "llama_cpp.Llama's for llamacpp-*.yaml (e.g. {\"n_ctx\": 2048}); none for the translator",
         ),
         "app_args": param(
-            {}, type="object",
+            param_default("app_args"), type="object",
             description="Extra args for the Serve app (e.g. {\"default_max_tokens\": 128, \"frontend_args\": {\"response_role\": \"assistant\"}})",
         ),
         "benchmark_profile": param(
-            "smoke", type="string", enum=["smoke", "short", "llmperf-inf2"], description="Request size profile"
+            param_default("benchmark_profile"), type="string", enum=["smoke", "short", "llmperf-inf2"], description="Request size profile"
         ),
         "concurrency": param(
-            [1, 4], type="array", items={"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}, minItems=1,
+            param_default("concurrency"), type="array", items={"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY}, minItems=1,
             maxItems=MAX_CONCURRENCY_LEVELS, uniqueItems=True,
             description=f"Concurrency levels to measure (1 to {MAX_CONCURRENCY_LEVELS} distinct levels, each 1 to "
             f"{MAX_CONCURRENCY})",
         ),
-        "requests_per_level": param(DEFAULT_REQUESTS_PER_LEVEL, type="integer", minimum=1, maximum=2000, description="Requests per level"),
+        "requests_per_level": param(param_default("requests_per_level"), type="integer", minimum=1, maximum=2000, description="Requests per level"),
         "max_seconds_per_level": param(
-            DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, type="number", exclusiveMinimum=0,
+            param_default("max_seconds_per_level"), type="number", exclusiveMinimum=0,
             maximum=MAX_BENCHMARK_LEVEL_TIMEOUT_S,
             description="Each level's time bound in seconds (llmperf's --timeout); requests still running then "
             "are cut off and counted apart",
         ),
         "cost": param(
-            {},
+            param_default("cost"),
             type="object",
             properties={
                 "region": {"type": "string", "minLength": 1},
@@ -168,7 +183,7 @@ def deploy_params() -> dict[str, Param]:
             "(a negotiated rate, or a figure for this machine: 'local' is 0 by default)",
         ),
         "sweep": param(
-            {},
+            param_default("sweep"),
             type="object",
             properties={
                 "start": {"type": "integer", "minimum": 1},
@@ -182,11 +197,11 @@ def deploy_params() -> dict[str, Param]:
             "report marks the knee. E.g. {\"max_concurrency\": 32}",
         ),
         "warmup_requests": param(
-            0, type="integer", minimum=0, maximum=1000,
+            param_default("warmup_requests"), type="integer", minimum=0, maximum=1000,
             description="Untimed requests sent before the measured ones (e.g. to fill caches and compile paths)",
         ),
         "slos": param(
-            {"max_ttft_p99_ms": None, "min_output_tokens_per_s": None, "max_error_rate": 0.0},
+            param_default("slos"),
             type="object",
             properties={
                 "max_ttft_p99_ms": slo_number,
@@ -197,51 +212,52 @@ def deploy_params() -> dict[str, Param]:
             description="Release gates; null = not checked",
         ),
         "release": param(
-            "canary", type="string", enum=["canary", "direct"],
+            param_default("release"), type="string", enum=["canary", "direct"],
             description="canary: a changed app starts as <app>-canary beside the serving one, is measured with it in "
             "the same rounds, and replaces it only if the gate promotes it (no user request meets a rejected "
             "candidate). direct: applied to the app itself and judged against the anchor's samples from another "
             "moment. A first deploy is always direct",
         ),
         "max_regression": param(
-            DEFAULT_MAX_REGRESSION, type="number", minimum=0, exclusiveMaximum=1,
+            param_default("max_regression"), type="number", minimum=0, exclusiveMaximum=1,
             description="Regression gate: the largest slowdown of a metric (latency up, tokens/s down) allowed "
             "against what serves (a fraction). Levels with fewer than "
             f"{REGRESSION_MIN_REQUESTS} finished requests fail the gate",
         ),
         "max_cumulative_regression": param(
-            DEFAULT_MAX_CUMULATIVE_REGRESSION, type="number", minimum=0, maximum=10,
+            param_default("max_cumulative_regression"), type="number", minimum=0, maximum=10,
             description="Regression gate: the largest slowdown allowed since the anchor (the last release whose "
             "verdict was a pass), this release's change chained onto those promoted since it",
         ),
         "regression_confidence": param(
-            DEFAULT_REGRESSION_CONFIDENCE, type="number", minimum=0.5, exclusiveMaximum=1,
+            param_default("regression_confidence"), type="number", minimum=0.5, exclusiveMaximum=1,
             description="Regression gate: confidence of each metric's interval for the change "
             "(Mann-Whitney / Hodges-Lehmann on per-request samples; see docs/benchmark-metrics.md)",
         ),
         "on_inconclusive": param(
-            DEFAULT_ON_INCONCLUSIVE, type="string", enum=["hold", "pass", "fail"],
+            param_default("on_inconclusive"), type="string", enum=["hold", "pass", "fail"],
             description="What an inconclusive verdict does: hold (an approval step in Required Actions / the REST "
-            "API), pass (promote; the anchor stays), fail (roll back). raylift_redeploy passes fail",
+            "API), pass (promote; the anchor stays), fail (roll back). raylift_redeploy passes "
+            f"{SCHEDULED_ON_INCONCLUSIVE} (nobody is there to answer a hold)",
         ),
         "approval_timeout_minutes": param(
-            APPROVAL_TIMEOUT_MINUTES, type="number", exclusiveMinimum=0, maximum=1440,
+            param_default("approval_timeout_minutes"), type="number", exclusiveMinimum=0, maximum=1440,
             description="How long a held release waits for a person before approval_default applies",
         ),
         "approval_default": param(
-            APPROVAL_DEFAULT, type="string", enum=["approve", "reject"],
+            param_default("approval_default"), type="string", enum=["approve", "reject"],
             description="A held release's outcome when nobody answers in time",
         ),
         "regression_strict": param(
-            DEFAULT_REGRESSION_STRICT, type="boolean",
+            param_default("regression_strict"), type="boolean",
             description="The older spelling of on_inconclusive: fail (true wins over on_inconclusive)",
         ),
         "regression_baseline": param(
-            "last_good", type="string", enum=["last_good", "none"],
+            param_default("regression_baseline"), type="string", enum=["last_good", "none"],
             description="last_good: judge against the anchor (direct) and chain changes since it (canary). none: "
             "start a new anchor (after the cluster or machine changed under an unchanged app; SLOs still apply, and "
             "the release record names who asked). The only way: another served name, benchmark profile or set of "
             "levels starts no new anchor by itself",
         ),
     }
-    return params
+    return in_sections(params)

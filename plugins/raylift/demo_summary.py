@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from raylift.config import REPORTS_URL_PREFIX, local_settings
-from raylift.deploy_state import run_key
+from raylift.release.state import run_key
 from raylift.store import LocalStore
 
 
@@ -40,8 +40,8 @@ def report_location(run_folder: str) -> str | None:
 
 
 def print_cold_start(cold: dict[str, Any]) -> None:
-    """Each replica the deploy started, by phase (``raylift.cold_start``), and the smoke test's first token."""
-    from raylift.cold_start import table_rows
+    """Each replica the deploy started, by phase (``raylift.serve.cold_start``), and the smoke test's first token."""
+    from raylift.serve.cold_start import table_rows
 
     replicas = cold.get("replicas") or []
     if replicas:
@@ -54,7 +54,7 @@ def print_cold_start(cold: dict[str, Any]) -> None:
     elif cold.get("note"):
         print(f"by phase:  {cold['note']}")
     if cold.get("deploy_steps_s"):
-        from raylift.cold_start import deploy_steps_line
+        from raylift.serve.cold_start import deploy_steps_line
 
         print("deploy step: " + deploy_steps_line(cold["deploy_steps_s"]))
     if cold.get("first_token_s") is not None:

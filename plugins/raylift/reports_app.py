@@ -14,7 +14,7 @@ declares Airflow's own ``get_user`` dependency, which reads the UI's session coo
 - ``/runs/<run id>/<file>`` — one file.
 
 ``<run id>`` may be Airflow's run id or its folder name: both map to the folder as
-:func:`raylift.deploy_state.run_key` does.
+:func:`raylift.release.state.run_key` does.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from raylift.config import local_settings
-from raylift.deploy_state import run_key
+from raylift.release.state import run_key
 
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".png": "image/png", ".json": "application/json",
                ".csv": "text/csv; charset=utf-8"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from raylift.serve_config import config_hash
+from raylift.serve.config import config_hash
 
 SECRET_HINTS = ("token", "secret", "password", "key", "credential")
 
@@ -40,7 +40,7 @@ def cold_start(triggered_at: datetime | None, parts: dict[str, Any]) -> dict[str
     time for a scheduled run); RUNNING is when the deploy's wait saw it, the first token is the smoke
     test's streamed request. A step that did not get there leaves its figure ``None``.
 
-    ``replicas`` (when the deploy read them): each replica the deploy started, by phase (``raylift.cold_start``);
+    ``replicas`` (when the deploy read them): each replica the deploy started, by phase (``raylift.serve.cold_start``);
     ``deploy_steps_s``: the deploy step's own phases (fit check, engine-args check, config write) and Serve's, from
     the write to RUNNING;
     ``first_token_s`` (when measured): the smoke test's streamed request, sent to first token.

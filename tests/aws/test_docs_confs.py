@@ -18,7 +18,7 @@ import boto3
 import pytest
 
 from raylift.operators.deploy import ServeDeployOperator
-from raylift.serve_validation import Cluster, check_fit
+from raylift.serve.validation import Cluster, check_fit
 from tests.aws.moto_resources import ecs_cluster, eks_example_stack, tool_target_options
 from tests.aws.standins import Proxy
 from tests.targets.test_ecs import container_instances

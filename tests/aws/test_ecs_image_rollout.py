@@ -330,10 +330,10 @@ def test_the_head_restart_loses_no_serve_app_and_the_rollback_step_undoes_the_ro
     """A release that rolls out an image restarts the head, whose Serve apps are gone: the deploy's read-merge-write
     re-submits them with its own, and the DAG's rollback step (``undo_release``) puts the services back on their
     revisions and the config back on the head that started again."""
-    from raylift.deploy_state import DeploymentState
-    from raylift.rollback import undo_release
-    from raylift.serve_config import merge_app
-    from raylift.serve_writer import cluster_lease, write_serve_config
+    from raylift.release.rollback import undo_release
+    from raylift.release.state import DeploymentState
+    from raylift.release.writer import cluster_lease, write_serve_config
+    from raylift.serve.config import merge_app
 
     other = {"name": "translator", "import_path": "translator:app", "route_prefix": "/t"}
     llm = {"name": "llm", "import_path": "llm:build_app", "route_prefix": "/", "args": {"model": "s3://m/one"}}
@@ -380,9 +380,9 @@ def test_the_head_restart_loses_no_serve_app_and_the_rollback_step_undoes_the_ro
 def test_the_rollback_step_leaves_ecs_alone_when_the_release_rolled_out_nothing(
     stack: str, checkout: Path, head: Head
 ) -> None:
-    from raylift.deploy_state import DeploymentState
-    from raylift.rollback import undo_release
-    from raylift.serve_writer import cluster_lease
+    from raylift.release.rollback import undo_release
+    from raylift.release.state import DeploymentState
+    from raylift.release.writer import cluster_lease
 
     t = target(image_tag=None)  # no rollout: scale leaves the task definitions as they are
     t.held_lease = cluster_lease(t).try_acquire("raylift_deploy/run-9", 600)

@@ -12,7 +12,10 @@ from typing import Any
 import boto3
 import pytest
 
-from raylift.hardware_profile import (
+from raylift.hooks.ec2_instance_types import Ec2InstanceTypesHook
+from raylift.operators.deploy import ServeDeployOperator
+from raylift.serve.config import load_config
+from raylift.serve.hardware import (
     HardwareProfileError,
     InstanceShape,
     check_profile,
@@ -20,9 +23,6 @@ from raylift.hardware_profile import (
     default_profile,
     profile_needs,
 )
-from raylift.hooks.ec2_instance_types import Ec2InstanceTypesHook
-from raylift.operators.deploy import ServeDeployOperator
-from raylift.serve_config import load_config
 from tests.aws.moto_resources import ecs_cluster, eks_nodegroups
 from tests.aws.standins import Proxy
 from tests.fixtures.kube_api import KubeApiStandIn, kube_api  # noqa: F401 - fixture

@@ -21,11 +21,11 @@ from airflow.sdk import DAG
 
 from raylift.aws.content import image_content_digest, image_platform, image_tag
 from raylift.aws.images import DEFAULT_IMAGE, PROFILE_IMAGES, ImageProfileError, choose_image, profile_image
-from raylift.hardware_profile import HardwareProfileError
 from raylift.operators.build import BuildArtifactOperator
 from raylift.operators.cluster import ScaleClusterOperator
 from raylift.operators.profile import HardwareProfileOperator
-from raylift.serve_config import load_config
+from raylift.serve.config import load_config
+from raylift.serve.hardware import HardwareProfileError
 from tests.aws.moto_resources import codebuild_project, ecr_repository, ecs_cluster, eks_nodegroups
 from tests.aws.standins import Proxy
 from tests.aws.test_hardware_profile import NODEGROUPS, deploy_op

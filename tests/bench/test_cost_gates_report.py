@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from raylift.bench.cost import compare_runs, cost_per_million_tokens, cost_summary, hourly_cost, load_prices
-from raylift.bench.gates import evaluate, tail_percentile
 from raylift.bench.report import write_report
 from raylift.bench.runner import format_table
 from raylift.errors import BenchmarkError, RayliftValueError
+from raylift.release.gates import evaluate, tail_percentile
 
 
 def _stats(p99: float) -> dict[str, float]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from raylift.bench.gates import assess, evaluate, merged_slos
 from raylift.bench.judgement import format_judgement, judge, judge_errors, judge_metric
 from raylift.errors import RayliftValueError
+from raylift.release.gates import assess, evaluate, merged_slos
 
 
 def _samples(n: int, scale: float, *, seed: int, sigma: float = 0.2, errors: int = 0) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from typing import Any
 from scipy import stats
 
 from bench.stub_server import running_stub
-from raylift.bench.gates import assess
 from raylift.bench.judgement import judge
 from raylift.bench.runner import arun_benchmark, run_benchmark
 from raylift.config import (
@@ -40,6 +39,7 @@ from raylift.config import (
     DEFAULT_REQUESTS_PER_LEVEL,
     REGRESSION_MIN_REQUESTS,
 )
+from raylift.release.gates import assess
 from tests.bench.priority import raised_priority
 
 ROUNDS = 48

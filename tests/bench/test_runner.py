@@ -91,8 +91,8 @@ def test_warm_up_requests_go_out_untimed_and_each_level_has_llmperfs_summary(stu
 
 def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: Callable[..., str],
                                                                           tmp_path: Path) -> None:
-    from raylift.bench.gates import level_breach
     from raylift.bench.report import write_report
+    from raylift.release.gates import level_breach
 
     # a server that generates 2 streams at once, the rest wait; delays long against a busy machine's stalls
     url = stub(ttft_ms=50, itl_ms=20, max_active=2)

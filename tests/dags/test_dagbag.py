@@ -41,7 +41,12 @@ print(json.dumps({
                    if isinstance(getattr(t, "deferrable", None), bool)},
     "param_drafts": {f"{d.dag_id}.{k}": d.params.get_param(k).schema.get("$schema") for d in bag.dags.values()
                      for k in d.params},
-}))
+    "param_defaults": {d.dag_id: {k: d.params.get_param(k).value for k in d.params} for d in bag.dags.values()},
+    "param_sections": {d.dag_id: {k: d.params.get_param(k).schema.get("section") for k in d.params}
+                       for d in bag.dags.values()},
+    "task_classes": {d.dag_id: {t.task_id: f"{type(t).__module__}:{type(t).__qualname__}" for t in d.tasks}
+                     for d in bag.dags.values()},
+}, default=str))
 """
 
 

@@ -106,7 +106,7 @@ def _stage_and_check_the_redeploy(airflow: AirflowServer, deployed: dict[str, An
     # since the package's first deploy); a re-baseline is the one-off choice of the run that made it
     import json
 
-    from raylift.deploy_state import run_key
+    from raylift.release.state import run_key
 
     store = airflow.stack.home / "model-store"
     good = json.loads((store / "_raylift/local/llm/last_good.json").read_text())

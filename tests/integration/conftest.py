@@ -34,7 +34,7 @@ class PlainVllm:
 
 @pytest.fixture(scope="session")
 def plain_vllm(tmp_path_factory: pytest.TempPathFactory) -> PlainVllm:
-    from raylift.serve_config import load_config
+    from raylift.serve.config import load_config
 
     app = load_config(ROOT / "serve_apps/configs/llm-cpu.yaml")["applications"][0]
     cmd, env = oc.plain_vllm_command(tiny_model_path(), PLAIN_VLLM_PORT, app)

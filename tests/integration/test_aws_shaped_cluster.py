@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from raylift.errors import ServeFitError
-from raylift.hardware_profile import InstanceShape
+from raylift.serve.hardware import InstanceShape
 from tests.aws.conftest import s3_proxy  # noqa: F401 - fixture
 from tests.aws.moto_resources import ecs_cluster, eks_example_stack, tool_target_options
 from tests.aws.standins import Proxy

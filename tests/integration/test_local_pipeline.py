@@ -167,7 +167,7 @@ def test_deploy_dag_serves_and_benchmarks(stack: LocalStack) -> None:
     assert at["triggered_at"] < deployed_at <= at["running_at"] <= at["first_token_at"], (cold, deployed_at)
     assert at["first_token_at"] <= datetime.fromisoformat(record["written_at"]), cold
     assert 0 < cold["trigger_to_running_s"] <= cold["trigger_to_first_token_s"], cold
-    # ... and by phase, per replica, from Ray's, Serve's and vLLM's own records (raylift.cold_start)
+    # ... and by phase, per replica, from Ray's, Serve's and vLLM's own records (raylift.serve.cold_start)
     assert_cold_start_by_phase(cold, REPLICAS)
     # ... and the deploy step's own phases before Serve had the config, then Serve's: its write to RUNNING is
     # what Serve's own deploy time says (last_deployed_time_s to the wait's RUNNING) and holds every replica's start

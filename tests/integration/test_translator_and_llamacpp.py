@@ -207,7 +207,7 @@ class BoundedLoad:
 def test_rolling_update_under_load_has_zero_failed_requests(stack: LocalStack) -> None:
     """A new translator version (changed args: every replica restarts) while ~4 requests/s run.
 
-    The deploy step applies it start-before-stop (raylift.rollout: Serve's max_surge_percent for one
+    The deploy step applies it start-before-stop (raylift.release.rollout: Serve's max_surge_percent for one
     surge replica, so a new replica runs before an old one stops) while Serve's proxy routes only to
     live ones. Why the translator: a replica starts in seconds here, so replacing 2 replicas fits a
     test, while a vLLM replica on this CPU takes 60-100 s to start; the mechanism is the same for both.

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from raylift.deploy_state import DeploymentState, run_key
 from raylift.errors import GateError, RayliftValueError
 from raylift.operators.benchmark import BenchmarkOperator
 from raylift.operators.gate import ReleaseGateOperator
 from raylift.operators.promote import PromoteReleaseOperator
+from raylift.release.state import DeploymentState, run_key
 from raylift.store import LocalStore
 from tests.bench.conftest import stub  # noqa: F401  (the stub server fixture)
 

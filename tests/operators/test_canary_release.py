@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from raylift.deploy_state import DeploymentState
 from raylift.errors import RayliftValueError
-from raylift.release import ReleaseEvidence, decide
+from raylift.release.decision import ReleaseEvidence, decide
+from raylift.release.state import DeploymentState
 from raylift.store import LocalStore
 from raylift.targets.local import LocalTarget
 from tests.fixtures.serve_standin import ServeStandin, serve_standin
@@ -176,7 +176,7 @@ def test_a_full_cluster_lends_one_replica_of_a_two_replica_app_and_gets_it_back(
 def test_a_one_replica_app_on_a_full_cluster_is_refused_before_anything_is_applied(
     serve: ServeStandin, tmp_path: Path
 ) -> None:
-    from raylift.canary import CanaryRoomError
+    from raylift.release.canary import CanaryRoomError
 
     serve.cpus = 0.5  # room for the one 0.5-CPU replica, not for a canary beside it
     first_release()
@@ -269,7 +269,7 @@ def test_a_users_own_app_named_like_the_canary_is_never_overwritten_nor_removed(
     serve: ServeStandin, tmp_path: Path
 ) -> None:
     """Issue 45 item 5: a user's app named ``<app>-canary`` was overwritten by the canary, then deleted."""
-    from raylift.canary import CanaryNameTakenError
+    from raylift.release.canary import CanaryNameTakenError
 
     first_release()
     theirs = users_app(serve, CANARY, "/mine")

@@ -17,11 +17,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowSkipException
 
 from raylift.config import STAGED_MODEL_ALIAS
-from raylift.deploy_state import DeploymentState, run_key
 from raylift.errors import RedeployError
 from raylift.operators.cluster import TeardownOperator
 from raylift.operators.record import RunRecordOperator
 from raylift.operators.redeploy import LastGoodConfOperator, paused_key
+from raylift.release.state import DeploymentState, run_key
 from raylift.store import LocalStore
 from tests.test_redeploy_schedule import load_redeploy_dag
 

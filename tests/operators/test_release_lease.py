@@ -79,7 +79,7 @@ def test_writes_inside_the_span_are_fenced_by_the_runs_lease(clusters: dict[str,
     """The deploy's Serve write takes no lease of its own inside a release (that would wait on the run's own
     lease) and refuses to write once the run's lease is gone."""
     from raylift.operators.deploy import ServeDeployOperator
-    from raylift.serve_writer import ServeConfigConflictError, cluster_lock
+    from raylift.release.writer import ServeConfigConflictError, cluster_lock
 
     held = acquire("dev", "run-a").xcom_value
     op = ServeDeployOperator(task_id="deploy", artifact={}, model={}, served_name="m", cluster_conn_id="dev",
@@ -125,8 +125,8 @@ def test_a_rollback_after_a_lost_lease_takes_it_again_when_it_is_free(clusters: 
 def test_a_rollback_whose_lease_another_run_holds_leaves_a_named_hold(clusters: dict[str, Path]) -> None:
     """Another run took the lease: the rollback cannot write, so it leaves a hold record in the state store (who,
     which app, what is left up, what to run) and fails with the same message."""
-    from raylift.deploy_state import DeploymentState
     from raylift.operators.guard import RollbackHeldError, RollbackUnprovenOperator
+    from raylift.release.state import DeploymentState
     from raylift.store import LocalStore
 
     held = acquire("dev", "run-a").xcom_value

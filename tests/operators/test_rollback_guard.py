@@ -1,6 +1,6 @@
 """Every failure after a config is applied rolls back, whatever raised (Serve REST stand-in, real operators).
 
-The rollback lives in one step, the DAG's ``rollback`` (``one_failed``: ``raylift.rollback.undo_release``): a
+The rollback lives in one step, the DAG's ``rollback`` (``one_failed``: ``raylift.release.rollback.undo_release``): a
 failed deploy, smoke test or gate only fails its task, and that step puts back what the run replaced.
 
 The stand-in keeps the Serve config as Serve's REST API would; the operators and the local target run
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from raylift.deploy_state import DeploymentState
 from raylift.errors import SmokeTestError
+from raylift.release.state import DeploymentState
 from raylift.store import LocalStore
 from tests.fixtures.http_standin import JsonHandler, serve_http
 from tests.fixtures.serve_standin import ServeStandin, serve_standin
@@ -152,7 +152,7 @@ def test_a_non_json_smoke_answer_fails_the_smoke_test_and_the_rollback_step_rest
 def restored(good: dict) -> dict:
     """The last good app as a rollback puts it back: rolled out start-before-stop (Serve's max_surge_percent)."""
     from raylift.config import ROLLOUT_SURGE_REPLICAS
-    from raylift.rollout import with_native_surge
+    from raylift.release.rollout import with_native_surge
 
     return with_native_surge(good["applications"][0], ROLLOUT_SURGE_REPLICAS)
 
@@ -231,7 +231,7 @@ def test_the_deploy_dag_runs_the_guard_after_any_failure_past_the_deploy() -> No
 def test_a_hand_deploy_during_the_benchmark_survives_the_gate_failure(serve: ServeStandin, tmp_path: Path) -> None:
     """Rollback restores only while the app still runs what this run wrote: a hand `serve deploy` of another
     version made while the run benchmarked is kept, and the failing step names the change."""
-    from raylift.rollback import roll_back_after_failure
+    from raylift.release.rollback import roll_back_after_failure
     from raylift.targets.local import LocalTarget
 
     state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
@@ -245,7 +245,7 @@ def test_a_hand_deploy_during_the_benchmark_survives_the_gate_failure(serve: Ser
 
 
 def test_an_undeploy_during_the_run_is_not_undone_by_its_failure(serve: ServeStandin, tmp_path: Path) -> None:
-    from raylift.rollback import roll_back_after_failure
+    from raylift.release.rollback import roll_back_after_failure
     from raylift.targets.local import LocalTarget
 
     apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
@@ -257,7 +257,7 @@ def test_an_undeploy_during_the_run_is_not_undone_by_its_failure(serve: ServeSta
 def test_rollback_restores_what_this_run_replaced_not_an_older_last_good(serve: ServeStandin, tmp_path: Path) -> None:
     """r0 passed with /store/a; /store/x was deployed by hand after it; r1 replaced /store/x and failed:
     what r1 replaced (/store/x) comes back, not r0's."""
-    from raylift.rollback import roll_back_after_failure
+    from raylift.release.rollback import roll_back_after_failure
     from raylift.targets.local import LocalTarget
 
     state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
@@ -274,7 +274,7 @@ def test_a_full_cluster_rolls_back_stop_before_start_within_the_fit(
 ) -> None:
     """2 replicas x 0.5 CPU on a 1-CPU cluster: no room for a surge replica. A surge_replicas 0 run goes back
     stop-before-start; a surge 1 run on this cluster does too (its surge would never schedule)."""
-    from raylift.rollback import roll_back_after_failure
+    from raylift.release.rollback import roll_back_after_failure
     from raylift.targets.local import LocalTarget
 
     serve.cpus = 1.0
@@ -291,7 +291,7 @@ def test_a_full_cluster_rolls_back_stop_before_start_within_the_fit(
 
 
 def test_a_roomy_cluster_rolls_back_with_the_runs_surge(serve: ServeStandin, tmp_path: Path) -> None:
-    from raylift.rollback import roll_back_after_failure
+    from raylift.release.rollback import roll_back_after_failure
     from raylift.targets.local import LocalTarget
 
     state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
@@ -324,7 +324,7 @@ def test_a_hand_scale_up_of_the_serving_app_during_a_canary_survives_its_rollbac
     """The canary borrowed one of the serving app's 3 replicas (2 while it ran); someone scaled the serving app to 5
     by hand meanwhile. The rollback removes the canary and keeps the 5 (it gives a lent replica back only to an app
     still at the lent count)."""
-    from raylift.canary import CanaryPlan
+    from raylift.release.canary import CanaryPlan
     from raylift.targets.local import LocalTarget
 
     before, lent = app_config("/store/a", replicas=3), app_config("/store/a", replicas=2)

@@ -14,14 +14,14 @@ import pytest
 
 from raylift.errors import DeployError, RayliftValueError
 from raylift.lease import Lease
-from raylift.serve_config import merge_app
-from raylift.serve_writer import (
+from raylift.release.writer import (
     ServeConfigConflictError,
     cluster_lease,
     cluster_lock,
     update_serve_config,
     write_serve_config,
 )
+from raylift.serve.config import merge_app
 from raylift.targets.local import LocalTarget
 from tests.fixtures.serve_standin import ServeStandin, serve_standin
 from tests.operators.test_rollback_guard import Context, app_config, deploy_op
@@ -182,9 +182,9 @@ def test_a_step_holding_the_lease_writes_inside_it_and_a_lost_lease_writes_nothi
     """A caller that holds the cluster's lease (a whole release span) passes it in: no wait on itself. The
     fencing check runs right before the PUT: a lease taken over meanwhile (this step paused past its expiry)
     or already released applies nothing."""
-    import raylift.serve_writer
+    import raylift.release.writer
 
-    monkeypatch.setattr(raylift.serve_writer, "LOCK_WAIT_S", 2.0)  # waiting on itself fails fast, not in 5 min
+    monkeypatch.setattr(raylift.release.writer, "LOCK_WAIT_S", 2.0)  # waiting on itself fails fast, not in 5 min
     target = LocalTarget()
     with cluster_lock(target, wait_s=2) as lease:
         update_serve_config(target, lambda cur: merge_app(cur, named("a1", "/a1"), defaults=cur), lease=lease)

@@ -242,8 +242,8 @@ def test_cluster_state_lists_each_ray_pod_so_a_tp_group_must_fit_one_pod(infra: 
     """gpu-vllm pods have one GPU each, though a g5.12xlarge has 4: Ray sees one node per pod, so TP 4 can never be
     placed there. The state lists the pods as Ray will see them and the fit check refuses TP 4 by its numbers."""
     from raylift.errors import ServeFitError
-    from raylift.serve_config import load_config, render_app
-    from raylift.serve_validation import Cluster, check_fit
+    from raylift.serve.config import load_config, render_app
+    from raylift.serve.validation import Cluster, check_fit
 
     eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.12xlarge"], "min": 0, "max": 4, "desired": 0}})
     t = target()
@@ -260,8 +260,8 @@ def test_cluster_state_of_a_cpu_profile_lists_its_pods_cpus(infra: None) -> None
     """Graviton pods (30 CPUs each, one a c7g.8xlarge): a third 30-CPU llama.cpp replica on two pods is refused by
     the fit check, as Ray would leave it pending (the state used to report nothing for CPU profiles)."""
     from raylift.errors import ServeFitError
-    from raylift.serve_config import load_config, render_app
-    from raylift.serve_validation import Cluster, check_fit
+    from raylift.serve.config import load_config, render_app
+    from raylift.serve.validation import Cluster, check_fit
 
     eks_nodegroups("ray", {"graviton": {"instanceTypes": ["c7g.8xlarge"], "min": 0, "max": 10, "desired": 2}})
     state = target(worker_nodegroup="graviton", profile="graviton").cluster_state()

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from raylift.errors import SmokeTestError
-from raylift.smoke import run_smoke
+from raylift.serve.smoke import run_smoke
 from raylift.targets import get_target
 from raylift.targets.eks import EksTarget
 from tests.aws.moto_resources import tool_target_options

@@ -1,7 +1,7 @@
 """Which container image (``images/<name>/Dockerfile``) runs a Serve-config hardware profile on ECS/EKS.
 
 The one owner of the mapping: a profile's hardware class, read off the profile itself
-(``raylift.hardware_profile.profile_needs``: NVIDIA GPUs, NeuronCores, an arm64 image, else CPU), names the image
+(``raylift.serve.hardware.profile_needs``: NVIDIA GPUs, NeuronCores, an arm64 image, else CPU), names the image
 built and deployed for it. A target option ``image_name`` that contradicts the profile is refused, naming both and
 what to set, before anything is built or applied. Pure: files under ``images/`` are read, nothing is called.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from raylift.aws.content import ARM64, dockerfile_path, image_platform
-from raylift.hardware_profile import HardwareClass, HardwareProfileError, profile_needs
+from raylift.serve.hardware import HardwareClass, HardwareProfileError, profile_needs
 
 
 @dataclass(frozen=True)

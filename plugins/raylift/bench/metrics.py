@@ -192,7 +192,7 @@ def wall_time_s(records: Sequence[RequestRecord]) -> float:
 
 
 GOODPUT_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
-# The benchmark's SLO keys (raylift.bench.gates.SLO_KEYS) that are per-request latency limits, and the
+# The benchmark's SLO keys (raylift.release.gates.SLO_KEYS) that are per-request latency limits, and the
 # metric each one limits. A level passes "TTFT p99 <= X" when 99 % of its requests meet TTFT <= X, so X is
 # each request's TTFT limit. Throughput and error-rate SLOs are not per-request limits (errors never count
 # as good requests anyway).

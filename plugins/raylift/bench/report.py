@@ -372,9 +372,9 @@ def comparison_html(result: Mapping[str, Any], comparison: Mapping[str, Any] | N
 
 
 def cold_start_html(cold: Mapping[str, Any] | None) -> str:
-    """The cold start of each replica the deploy started, by phase (``raylift.cold_start``: Ray's placement, Serve's
+    """The cold start of each replica the deploy started, by phase (``raylift.serve.cold_start``: Ray's placement, Serve's
     constructor, vLLM's own timings; ``-`` where a replica's logs did not print a phase). Empty without one."""
-    from raylift.cold_start import LABELS, table_rows
+    from raylift.serve.cold_start import LABELS, table_rows
 
     cold = cold or {}
     replicas = list(cold.get("replicas") or [])

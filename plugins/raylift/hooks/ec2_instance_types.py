@@ -7,11 +7,11 @@ from typing import Any
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
 from raylift.errors import ClusterError
-from raylift.hardware_profile import InstanceShape
+from raylift.serve.hardware import InstanceShape
 
 
 class Ec2InstanceTypesHook(AwsBaseHook):
-    """A thin EC2 hook: instance types as ``InstanceShape`` records (``raylift.hardware_profile``).
+    """A thin EC2 hook: instance types as ``InstanceShape`` records (``raylift.serve.hardware``).
 
     :param aws_conn_id: the AWS connection (None: the default credential chain).
     :param region_name: the region (None: the connection's).

@@ -4,7 +4,7 @@ Serve's REST API lists the replicas (``start_time_s``: when the controller start
 (``GET /logical/actors/<id>``) has the GCS's ``startTime`` (when the actor came alive); the log API
 (``GET /api/v0/logs/file``) returns the replica worker's stdout and stderr, where vLLM's engine-core and worker
 processes print too (they inherit them), and Serve's own replica log by node and file name. Parsing is
-``raylift.cold_start``'s.
+``raylift.serve.cold_start``'s.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
+from raylift.serve.status import FAILED_APP_STATES, ApplicationStatus
 
 # KubeRay copies Serve's own application states into ``applicationStatuses[*].status``.
 AppStatus = ApplicationStatus

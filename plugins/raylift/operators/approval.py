@@ -55,7 +55,7 @@ class ReleaseApprovalOperator(ApprovalOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from raylift.operators.gate import evidence_from_record
-        from raylift.release import PROMOTE, decide
+        from raylift.release.decision import PROMOTE, decide
 
         answer = HITLOperator.execute_complete(self, context=context, event=event)  # validated, summary kept
         chosen = answer["chosen_options"][0]

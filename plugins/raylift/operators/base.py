@@ -76,7 +76,7 @@ class TargetOperator(BaseOperator):
         runs; the target's writes are fenced by it. LeaseLostError, before anything is done, if it is not ours."""
         from raylift.config import RELEASE_LEASE_TTL_S
         from raylift.lease import Lease, LeaseLostError
-        from raylift.serve_writer import cluster_lease
+        from raylift.release.writer import cluster_lease
 
         target = self.target_impl
         manager = cluster_lease(target)
@@ -108,7 +108,7 @@ class TargetOperator(BaseOperator):
 
     def state_for(self, app_name: str) -> Any:
         """The release state of ``app_name`` on this cluster (keyed by the cluster's identity, in its store)."""
-        from raylift.deploy_state import DeploymentState
+        from raylift.release.state import DeploymentState
         from raylift.store import open_store
 
         target = self.target_impl
@@ -118,7 +118,7 @@ class TargetOperator(BaseOperator):
             store = open_store(target.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
         state = DeploymentState(store, target.cluster_key(), app_name)
         if target.held_lease is not None:  # under the release's lease: its records are written fenced by it
-            from raylift.serve_writer import cluster_lease
+            from raylift.release.writer import cluster_lease
 
             manager = cluster_lease(target)
             if manager.store.uri == store.uri:

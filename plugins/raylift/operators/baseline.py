@@ -4,21 +4,21 @@ Why a second write after the canary is RUNNING, not one write with both: Ray may
 first, and a canary without room would then wait its whole deploy timeout. Why bounded and optional: the fit
 check counts what the apps declare, but Ray's scheduler decides what it can place (a vLLM engine's own actors
 take CPUs no app declares); a baseline Ray cannot place is removed after :func:`baseline_wait_s` and the canary
-is judged against the serving app, the record saying why (``raylift.canary.without_fresh_baseline``).
+is judged against the serving app, the record saying why (``raylift.release.canary.without_fresh_baseline``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from raylift.canary import (
+from raylift.errors import DeployError
+from raylift.release.canary import (
     CanaryPlan,
     uses_fresh_baseline,
     with_baseline,
     without_baseline,
     without_fresh_baseline,
 )
-from raylift.errors import DeployError
 
 # The baseline's wait: twice the canary's own start (same config shape, started on a cluster that just placed
 # one replica), at least this long (a tiny model here: 20-60 s from the write to RUNNING), at most the deploy's.
@@ -54,7 +54,7 @@ class FreshBaselineMixin:
         if not uses_fresh_baseline(plan):
             return self._with_baseline_arm(out, plan)
         assert plan.baseline is not None
-        from raylift.serve_writer import write_serve_config
+        from raylift.release.writer import write_serve_config
 
         context["ti"].xcom_push(key="canary_out", value=out)
         started = ((out.get("cold_start") or {}).get("deploy_steps_s") or {}).get("serve_to_running_s")
@@ -94,7 +94,7 @@ class FreshBaselineMixin:
 
     def _remove_baseline(self, plan: CanaryPlan) -> None:
         """Take the unplaced baseline off the cluster (under the lease); rollback and promote remove it too."""
-        from raylift.serve_writer import write_serve_config
+        from raylift.release.writer import write_serve_config
 
         try:
             current = self.target_impl.current_serve_config()
@@ -111,7 +111,7 @@ class FreshBaselineMixin:
 
     def _with_baseline_arm(self, out: dict[str, Any], plan: CanaryPlan) -> dict[str, Any]:
         """``out`` with where the baseline arm answers, what it runs, and why when it is the serving app."""
-        from raylift.serve_config import app_url
+        from raylift.serve.config import app_url
 
         base = plan.baseline if uses_fresh_baseline(plan) and plan.baseline is not None else plan.serving
         return {**out,

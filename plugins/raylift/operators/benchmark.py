@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperatorLink
 from raylift.config import DEFAULT_APP_NAME, DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
 from raylift.errors import RayliftValueError
 from raylift.operators.base import Stopwatch, TargetOperator
-from raylift.release import CONFIRM_ABOVE, CONFIRM_FACTOR, PILOT_DECIDES_ABOVE
+from raylift.release.decision import CONFIRM_ABOVE, CONFIRM_FACTOR, PILOT_DECIDES_ABOVE
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -30,7 +30,7 @@ class BenchmarkReportLink(BaseOperatorLink):
         from airflow.configuration import conf
 
         from raylift.bench.report import report_url
-        from raylift.deploy_state import run_key
+        from raylift.release.state import run_key
 
         base = conf.get("api", "base_url", fallback="") or ""
         return report_url(run_key(ti_key.run_id).rsplit("/", 1)[1], base)
@@ -109,12 +109,12 @@ class BenchmarkOperator(TargetOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from raylift.bench.cost import format_cost
-        from raylift.bench.gates import level_breach, merged_slos
         from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
         from raylift.bench.runner import Arm, format_table, run_benchmark, run_side_by_side
         from raylift.bench.sweep import SweepSpec
-        from raylift.deploy_state import run_key
-        from raylift.serve_config import APP_KINDS
+        from raylift.release.gates import level_breach, merged_slos
+        from raylift.release.state import run_key
+        from raylift.serve.config import APP_KINDS
 
         cost_options = _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request
         sweep = SweepSpec.from_param(_json_param(self.sweep, "sweep"))
@@ -201,12 +201,12 @@ class BenchmarkOperator(TargetOperator):
 
 
     def _placement(self, deployed: dict[str, Any]) -> dict[str, Any]:
-        """Where Ray placed the canary's two arms (:mod:`raylift.placement`), read from Serve's own status; the
+        """Where Ray placed the canary's two arms (:mod:`raylift.serve.placement`), read from Serve's own status; the
         gate refuses a verdict an unlike placement alone could give. A note instead when it cannot be told
         (no Ray dashboard on this target, arms on accelerators, an arm without a running replica)."""
-        from raylift.canary import canary_name
-        from raylift.placement import arms_placement, uses_accelerators
-        from raylift.serve_config import app_by_name
+        from raylift.release.canary import canary_name
+        from raylift.serve.config import app_by_name
+        from raylift.serve.placement import arms_placement, uses_accelerators
 
         candidate = str(deployed.get("canary_app") or canary_name(str(self.app_name)))
         baseline = str(deployed.get("baseline_app") or self.app_name)
@@ -237,9 +237,9 @@ def _confirmation(candidate: dict[str, Any], baseline: dict[str, Any], slos: dic
     """Whether a canary's pilot measurement decides, as ``raylift.release`` rules: the requests per level to
     measure again with (None: it decides), and the pilot's figures for the record. Its headline does not depend
     on the gate's tolerance or confidence (the levels' weights scale together), so the defaults judge it."""
-    from raylift.bench.gates import assess
     from raylift.config import DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE
-    from raylift.release import confirmation_requests, headline_change
+    from raylift.release.decision import confirmation_requests, headline_change
+    from raylift.release.gates import assess
 
     judgement, _ = assess(candidate, slos, baseline, max_regression=DEFAULT_MAX_REGRESSION,
                           confidence=DEFAULT_REGRESSION_CONFIDENCE)
@@ -284,7 +284,7 @@ def _cost_options(raw: Any) -> dict[str, Any]:
 def same_app_config(good: dict[str, Any] | None, config: dict[str, Any] | None, app_name: str) -> bool:
     """Whether this run serves exactly the app config the last good run served (args, engine args, the
     content-addressed model folder and artifact, replicas): then there is no release to judge or undo."""
-    from raylift.serve_config import app_by_name, config_hash
+    from raylift.serve.config import app_by_name, config_hash
 
     if not good or not config or not good.get("config"):
         return False

@@ -80,7 +80,7 @@ class TeardownOperator(TargetOperator):
 
     def execute(self, context: Any) -> None:
         from raylift.operators.redeploy import pause_redeploys, paused_key
-        from raylift.serve_writer import cluster_lock
+        from raylift.release.writer import cluster_lock
 
         watch = Stopwatch()
         target = self.target_impl
@@ -96,7 +96,7 @@ class TeardownOperator(TargetOperator):
 class UndeployAppOperator(TargetOperator):
     """Remove one Serve application and keep the cluster and every other app (``serve shutdown`` for one app).
 
-    The write goes through the cluster's Serve-config lock (``raylift.serve_writer``); the task ends once
+    The write goes through the cluster's Serve-config lock (``raylift.release.writer``); the task ends once
     Serve no longer lists the app (the target's ``undeploy_trigger``: Serve shows it DELETING while its
     replicas drain). The app's last good config stays in the state store, so a later ``raylift_redeploy``
     can bring it back.
@@ -117,8 +117,8 @@ class UndeployAppOperator(TargetOperator):
         self.deferrable = default_deferrable(deferrable)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.serve_config import app_by_name
-        from raylift.serve_writer import update_serve_config
+        from raylift.release.writer import update_serve_config
+        from raylift.serve.config import app_by_name
 
         name = str(self.app_name)
         if not name:

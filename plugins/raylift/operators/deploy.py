@@ -2,14 +2,14 @@
 
 Order matters for "nothing already serving is lost": validate first (the config's schema and its fit
 on the cluster, then vLLM's engine args), snapshot the config that is serving, then apply. A changed app
-(a code update: new weights, args or package) is released as a canary by default (``raylift.canary``): the
+(a code update: new weights, args or package) is released as a canary by default (``raylift.release.canary``): the
 candidate starts as its own app beside the serving one, which stays untouched until the gate promotes it.
 A first deploy, a change that restarts nothing, and ``release: direct`` apply to the app itself. If Serve
 reports DEPLOY_FAILED the task fails with Serve's own message; the DAG's rollback step undoes what the run
-wrote (``raylift.rollback.undo_release``).
+wrote (``raylift.release.rollback.undo_release``).
 
 The app is any of serve_apps/ (vLLM LLM, llama.cpp, translator): the base config's ``import_path``
-gives its kind (``raylift.serve_config.APP_KINDS``), which says whether ``engine_args`` apply and
+gives its kind (``raylift.serve.config.APP_KINDS``), which says whether ``engine_args`` apply and
 whether they are vLLM's. The result tells the smoke test which checks to run and where the app answers.
 """
 
@@ -57,7 +57,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
     :param served_name: the ``model`` name clients send.
     :param app_name: the Serve application's name (apps sharing a cluster need their own).
     :param serve_config: the base config under ``serve_apps/configs/``; its ``import_path`` gives the app's kind.
-        ``auto`` (the default): the profile follows the cluster's instances (``raylift.hardware_profile``: GPU,
+        ``auto`` (the default): the profile follows the cluster's instances (``raylift.serve.hardware``: GPU,
         Neuron, Graviton, else CPU); a named one is checked against them, and refused before anything is applied
         when no instance can run a replica of it.
     :param replicas: Serve replicas (an integer >= 0; a string from a template is converted).
@@ -69,7 +69,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         0 is stop-before-start, which leaves the app without a serving replica while new ones load.
     :param timeout_s: how long to wait for RUNNING before rolling back.
     :param release: ``canary`` (a changed app starts beside the serving one and is promoted only after its
-        gate; ``raylift.canary``) or ``direct`` (applied to the app itself, judged while it serves).
+        gate; ``raylift.release.canary``) or ``direct`` (applied to the app itself, judged while it serves).
     :param deferrable: free the worker slot while Serve deploys (the triggerer waits); False waits in the
         worker on the same condition (the trigger's ``wait()``). None takes Airflow's
         ``[operators] default_deferrable``, as the providers' operators do (raylift's own runs set it True).
@@ -124,7 +124,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
 
     def render(self) -> dict[str, Any]:
         """This app's Serve config entry, from serve_apps/configs/<serve_config> and the Params."""
-        from raylift.serve_config import app_kind, apply_autoscaling, render_app
+        from raylift.serve.config import app_kind, apply_autoscaling, render_app
 
         try:
             replicas = int(self.replicas)
@@ -166,8 +166,8 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
 
     def check_fit(self, app: dict[str, Any], current: dict[str, Any]) -> None:
         """Refuse, before anything is applied, an app whose config is invalid or cannot fit the cluster."""
-        from raylift.serve_config import app_kind
-        from raylift.serve_validation import Cluster, check_fit
+        from raylift.serve.config import app_kind
+        from raylift.serve.validation import Cluster, check_fit
 
         state = self.target_impl.cluster_state()
         cluster = Cluster(totals=dict(state.resources), nodes=tuple(state.node_resources))
@@ -192,8 +192,8 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         (the old replicas run until the new ones do): refused before anything is applied when it does not fit.
         Returns whether this is a stop-before-start code update (surge 0), which leaves the app dark."""
         from raylift.errors import ServeFitError
-        from raylift.rollout import replica_floor, restarts_replicas, with_surge
-        from raylift.serve_config import app_by_name
+        from raylift.release.rollout import replica_floor, restarts_replicas, with_surge
+        from raylift.serve.config import app_by_name
 
         old = app_by_name(current, str(self.app_name))
         surge = self.surge
@@ -223,9 +223,9 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
 
     def _release_kind(self, app: dict[str, Any], current: dict[str, Any]) -> str:
         """``canary`` for a code update of a serving app under ``release: canary``; ``direct`` otherwise."""
-        from raylift.canary import RELEASES
-        from raylift.rollout import restarts_replicas
-        from raylift.serve_config import app_by_name
+        from raylift.release.canary import RELEASES
+        from raylift.release.rollout import restarts_replicas
+        from raylift.serve.config import app_by_name
 
         release = str(self.release or "canary")
         if release not in RELEASES:
@@ -252,10 +252,10 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
                        defaults: dict[str, Any], steps: DeploySteps) -> Any:
         """Start the candidate as ``<app>-canary`` beside the serving app (on a lent replica if it must), under
         the cluster's lease, and wait for it (and a lent-from app) to be RUNNING."""
-        from raylift.canary import CanaryPlan, plan_canary, with_canary
-        from raylift.rollout import restarts_replicas
-        from raylift.serve_config import app_by_name
-        from raylift.serve_writer import write_serve_config
+        from raylift.release.canary import CanaryPlan, plan_canary, with_canary
+        from raylift.release.rollout import restarts_replicas
+        from raylift.release.writer import write_serve_config
+        from raylift.serve.config import app_by_name
 
         name = str(self.app_name)
         run_id = context["run_id"]
@@ -271,7 +271,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
             self.log.warning("an earlier try of run %s started this canary and did not finish: finishing it", run_id)
         else:
             # the baseline arm runs the anchor's own config when the anchor recorded it (the change measured is
-            # then the change since the anchor), else the serving config (raylift.canary.with_fresh_baseline)
+            # then the change since the anchor), else the serving config (raylift.release.canary.with_fresh_baseline)
             anchor_app = (state.anchor() or {}).get("app")
             plan = plan_canary(app, current, name, self._fits,
                                anchor_app=anchor_app if isinstance(anchor_app, dict) else None)
@@ -305,14 +305,14 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
 
     def direct_config(self, app: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
         """The whole Serve config a direct release writes: ``current`` with ``app`` merged in (after ``render``), with
-        Serve's own start-before-stop (raylift.rollout: a lightweight option, harmless on a new app)."""
-        from raylift.rollout import with_native_surge
-        from raylift.serve_config import merge_app
+        Serve's own start-before-stop (raylift.release.rollout: a lightweight option, harmless on a new app)."""
+        from raylift.release.rollout import with_native_surge
+        from raylift.serve.config import merge_app
 
         return merge_app(current, with_native_surge(app, self.surge), defaults=self.cluster_defaults())
 
     def execute(self, context: Any) -> Any:
-        from raylift.serve_config import app_kind, config_hash
+        from raylift.serve.config import app_kind, config_hash
 
         watch = Stopwatch()
         steps = DeploySteps()
@@ -321,7 +321,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         current = target.current_serve_config()
         release = self._release_kind(app, current)
         if release == "canary":
-            from raylift.canary import canary_name
+            from raylift.release.canary import canary_name
 
             # the candidate's own shape fits the cluster (its room beside the serving app: plan_canary); a canary
             # an earlier try of this run started is not another app's room
@@ -353,7 +353,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
                 "after the PUT?): finishing the rollout from the config that served before that try", run_id,
                 self.app_name,
             )
-        from raylift.serve_writer import write_serve_config
+        from raylift.release.writer import write_serve_config
 
         # under the cluster's lock, and only if nobody changed the cluster's config since it was read
         write_serve_config(target, config, read=current)
@@ -381,7 +381,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from datetime import UTC, datetime
 
-        from raylift.serve_config import app_by_name, app_kind, app_url, config_hash
+        from raylift.serve.config import app_by_name, app_kind, app_url, config_hash
 
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
         release = context["ti"].xcom_pull(task_ids=self.task_id, key="release") or "direct"
@@ -411,7 +411,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
             "served_name": self.served_name,
         }
         if release == "canary":
-            from raylift.canary import CanaryPlan
+            from raylift.release.canary import CanaryPlan
 
             plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {})
             # the candidate answers at the canary's route; the baseline arm (a fresh replica started once the
@@ -441,7 +441,7 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         submitted_at = pulled.pop("submitted_at", None)
         if submitted_at is not None:
             pulled["serve_to_running_s"] = round(running_at.timestamp() - float(submitted_at), 3)
-        from raylift.cold_start import DEPLOY_STEPS, deploy_steps_line
+        from raylift.serve.cold_start import DEPLOY_STEPS, deploy_steps_line
 
         steps = {k: pulled[k] for k in DEPLOY_STEPS if k in pulled}
         if steps:
@@ -450,14 +450,14 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
 
     def collect_cold_start(self, app_name: str, running_at: float, run_id: str,
                            deploy_steps: dict[str, float] | None = None) -> dict[str, Any]:
-        """Each replica this deploy started, by phase (``raylift.cold_start``: Ray's placement, Serve's constructor,
+        """Each replica this deploy started, by phase (``raylift.serve.cold_start``: Ray's placement, Serve's constructor,
         vLLM's own timings), one task-log line each, also kept as the run's ``cold_start.json`` (the benchmark
         report's table), with this step's own phases (``deploy_steps_s``). Only observed: a cluster or log that
         cannot be read leaves a ``note``; the deploy stands."""
         cold = self._read_cold_start(app_name, running_at)
         if deploy_steps:
             cold["deploy_steps_s"] = deploy_steps
-        from raylift.deploy_state import run_key
+        from raylift.release.state import run_key
 
         try:
             self.state_for(str(self.app_name)).store.write_json(f"{run_key(run_id)}/cold_start.json", cold)
@@ -466,8 +466,8 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         return cold
 
     def _read_cold_start(self, app_name: str, running_at: float) -> dict[str, Any]:
-        from raylift.cold_start import new_replicas, replica_cold_start, summary_line
         from raylift.hooks.ray_replica_logs import ReplicaLogReader
+        from raylift.serve.cold_start import new_replicas, replica_cold_start, summary_line
 
         # the targets that reach Serve through a Ray dashboard (raylift.targets.serve_control) have one
         serve_dashboard = getattr(self.target_impl, "serve_dashboard", None)

@@ -20,9 +20,6 @@ from airflow.providers.standard.operators.branch import BaseBranchOperator
 
 from raylift.config import (
     DEFAULT_APP_NAME,
-    DEFAULT_MAX_CUMULATIVE_REGRESSION,
-    DEFAULT_MAX_REGRESSION,
-    DEFAULT_REGRESSION_CONFIDENCE,
 )
 from raylift.errors import GateError, RayliftValueError
 from raylift.operators.base import TargetOperator
@@ -39,7 +36,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
 
     :param app_name: the Serve application released.
     :param deployed: the deploy task's XCom (release kind, endpoints).
-    :param slos: absolute limits (``raylift.bench.gates``).
+    :param slos: absolute limits (``raylift.release.gates``).
     :param max_regression: the tolerance of each metric's change against the baseline (a fraction).
     :param regression_confidence: confidence of each metric's interval.
     :param on_inconclusive: ``hold`` (ask for approval), ``pass`` (promote, not as an anchor) or ``fail``.
@@ -78,22 +75,35 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         self.approval_timeout_minutes = approval_timeout_minutes
         self._hold = False
 
+    def settings(self) -> dict[str, Any]:
+        """The gate's Params, each resolved: what the DAG passed, else its default (raylift.config.PARAM_DEFAULTS)."""
+        from raylift.config import param_default, strict_flag
+        from raylift.operators.benchmark import _number
+
+        on_inconclusive = str(self.on_inconclusive or param_default("on_inconclusive"))
+        if strict_flag(self.regression_strict, "regression_strict", param_default("regression_strict")):
+            on_inconclusive = "fail"
+        numbers = ("max_regression", "regression_confidence", "max_cumulative_regression")
+        return {
+            "on_inconclusive": on_inconclusive,
+            "regression_baseline": str(self.regression_baseline or param_default("regression_baseline")),
+            **{name: _number(getattr(self, name), param_default(name)) for name in numbers},
+        }
+
     def evidence(self, context: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None, list[Any], bool]:
         """(the ReleaseEvidence, the candidate's results, the baseline's, the gate violations, unchanged)."""
-        from raylift.bench.gates import assess, merged_slos
-        from raylift.config import strict_flag
-        from raylift.deploy_state import run_key
-        from raylift.operators.benchmark import _number, same_app_config
-        from raylift.release import ON_INCONCLUSIVE, ReleaseEvidence
+        from raylift.operators.benchmark import same_app_config
+        from raylift.release.decision import ON_INCONCLUSIVE, ReleaseEvidence
+        from raylift.release.gates import assess, merged_slos
+        from raylift.release.state import run_key
 
-        baseline_choice = self.regression_baseline or "last_good"
+        settings = self.settings()
+        baseline_choice = settings["regression_baseline"]
         if baseline_choice not in REGRESSION_BASELINES:
             raise RayliftValueError(
                 f"regression_baseline {baseline_choice!r} is not one of {list(REGRESSION_BASELINES)}: 'last_good' "
                 "judges this release against the anchor, 'none' starts a new anchor")
-        on_inconclusive = str(self.on_inconclusive or "hold")
-        if strict_flag(self.regression_strict, "regression_strict", False):
-            on_inconclusive = "fail"
+        on_inconclusive = settings["on_inconclusive"]
         if on_inconclusive not in ON_INCONCLUSIVE:
             raise RayliftValueError(f"on_inconclusive {on_inconclusive!r} is not one of {list(ON_INCONCLUSIVE)}")
         state = self.state_for(str(self.app_name))
@@ -138,8 +148,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         judge_against = None if (first or unchanged or baseline is None) else baseline
         judgement, violations = assess(
             result, merged_slos(self.slos if isinstance(self.slos, dict) else {}), judge_against,
-            max_regression=_number(self.max_regression, DEFAULT_MAX_REGRESSION),
-            confidence=_number(self.regression_confidence, DEFAULT_REGRESSION_CONFIDENCE),
+            max_regression=settings["max_regression"], confidence=settings["regression_confidence"],
         )
         judged = judge_against is not None
         placed = result.get("placement") or {}
@@ -154,18 +163,18 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
             # a canary judged against a fresh replica of the anchor's config measures the change since the anchor
             baseline_runs=str(deployed.get("baseline_runs") or "serving") if canary and judged else "serving",
             on_inconclusive=on_inconclusive,
-            # where Ray put the two arms while they were measured (raylift.placement): a verdict an unlike
+            # where Ray put the two arms while they were measured (raylift.serve.placement): a verdict an unlike
             # placement alone could give is refused (raylift.release, rule 6)
             placement_favours=placed.get("favoured") if canary and judged else None,
             placement=str(placed.get("described") or "") if canary and judged else "",
-            max_cumulative_regression=_number(self.max_cumulative_regression, DEFAULT_MAX_CUMULATIVE_REGRESSION),
+            max_cumulative_regression=settings["max_cumulative_regression"],
         )
         return evidence, result, baseline if canary else None, violations, unchanged
 
     def choose_branch(self, context: Any) -> str:
         from raylift.bench.judgement import format_judgement
-        from raylift.deploy_state import run_key
-        from raylift.release import HOLD, PROMOTE, decide
+        from raylift.release.decision import HOLD, PROMOTE, decide
+        from raylift.release.state import run_key
 
         evidence, result, baseline, violations, unchanged = self.evidence(context)
         decision = decide(evidence)
@@ -210,7 +219,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         from raylift.config import RELEASE_LEASE_TTL_S
         from raylift.lease import Lease
         from raylift.operators.base import release_holder
-        from raylift.serve_writer import cluster_lease
+        from raylift.release.writer import cluster_lease
 
         manager = cluster_lease(self.target_impl)
         current = manager.current()
@@ -224,7 +233,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
                 evidence: Any, record: dict[str, Any]) -> None:
         """The run's report, with the comparison; a plotting failure never blocks the decision."""
         from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
-        from raylift.deploy_state import run_key
+        from raylift.release.state import run_key
 
         if result.get("skipped"):
             return  # no benchmark (an app without an OpenAI API): no report to write
@@ -280,7 +289,7 @@ def _evidence_dict(evidence: Any) -> dict[str, Any]:
 
 def evidence_from_record(record: dict[str, Any], *, approval: str | None = None) -> Any:
     """The gate's evidence back from its stored decision (for the approval step's second call to decide)."""
-    from raylift.release import ReleaseEvidence
+    from raylift.release.decision import ReleaseEvidence
 
     seen = record.get("evidence") or {}
     return ReleaseEvidence(
@@ -288,6 +297,7 @@ def evidence_from_record(record: dict[str, Any], *, approval: str | None = None)
         slo_violations=tuple(seen.get("slo_violations") or ()), judgement=seen.get("judgement"),
         anchor_links=tuple(float(x) for x in seen.get("anchor_links") or ()),
         max_cumulative_regression=float(seen["max_cumulative_regression"]),
+        # a stored decision is read back only when it held
         on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval,
         new_anchor_by=seen.get("new_anchor_by"), baseline_runs=str(seen.get("baseline_runs") or "serving"),
         placement_favours=seen.get("placement_favours"), placement=str(seen.get("placement") or ""))

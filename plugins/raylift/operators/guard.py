@@ -3,7 +3,7 @@
 Deploy, smoke test, benchmark, gate, approval and promote each fail in their own ways (a rejected release,
 Serve's DEPLOY_FAILED, but also a benchmark exception, a non-JSON answer, a store write error, a deferral
 timeout after a triggerer restart, a worker that died after the PUT). This task runs when any of them failed
-(trigger rule ``one_failed``) and undoes the release (``raylift.rollback.undo_release``): it removes the canary
+(trigger rule ``one_failed``) and undoes the release (``raylift.release.rollback.undo_release``): it removes the canary
 (and gives back a replica it borrowed), and restores the app if this run's unproven config still serves it.
 
 A release that lost its lease (a worker lost past ``RELEASE_LEASE_TTL_S``) must still be undone: its canary, or an
@@ -46,7 +46,7 @@ class RollbackUnprovenOperator(TargetOperator):
         and RollbackHeldError when another run holds it."""
         from raylift.config import RELEASE_LEASE_TTL_S
         from raylift.lease import LeaseBusyError
-        from raylift.serve_writer import cluster_lease
+        from raylift.release.writer import cluster_lease
 
         try:
             super().renew_release_lease(context)
@@ -89,7 +89,7 @@ class RollbackUnprovenOperator(TargetOperator):
         return RollbackHeldError(message)
 
     def execute(self, context: Any) -> str:
-        from raylift.rollback import undo_release
+        from raylift.release.rollback import undo_release
 
         state = self.state_for(str(self.app_name))
         action = undo_release(self.target_impl, state, context["run_id"], str(self.app_name))

@@ -52,7 +52,7 @@ class AcquireClusterLeaseSensor(BaseSensorOperator):
 
         from raylift.config import RELEASE_LEASE_TTL_S
         from raylift.lease import LeaseBusyError
-        from raylift.serve_writer import cluster_lease
+        from raylift.release.writer import cluster_lease
 
         manager = cluster_lease(self.target_impl)
         try:
@@ -74,7 +74,7 @@ class ReleaseClusterLeaseOperator(TargetOperator):
 
     def execute(self, context: Any) -> None:
         from raylift.lease import Lease
-        from raylift.serve_writer import cluster_lease
+        from raylift.release.writer import cluster_lease
 
         manager = cluster_lease(self.target_impl)
         current = manager.current()

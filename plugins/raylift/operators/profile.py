@@ -21,7 +21,7 @@ from raylift.config import SERVE_APPS_DIR_NAME, repo_root
 from raylift.operators.base import TargetOperator
 
 if TYPE_CHECKING:
-    from raylift.hardware_profile import InstanceShape
+    from raylift.serve.hardware import InstanceShape
 
 
 def choose_profile(
@@ -32,8 +32,8 @@ def choose_profile(
     needs and what to set). Warnings (a CPU profile on accelerated instances) go to ``log`` (the task's logger).
     The target chooses the image that runs it (``target.chosen_image``; ``ImageProfileError`` when the target options
     or the release's image contradict the profile)."""
-    from raylift.hardware_profile import check_profile, resolve_profile
-    from raylift.serve_config import load_config
+    from raylift.serve.config import load_config
+    from raylift.serve.hardware import check_profile, resolve_profile
 
     shapes = target.instance_shapes()
     name, auto = resolve_profile(serve_config, shapes)

@@ -53,11 +53,11 @@ class PromoteReleaseOperator(TargetOperator):
         return dict(decision)
 
     def execute(self, context: Any) -> Any:
-        from raylift.canary import CanaryPlan, kept_replicas, promoted, release_apps
-        from raylift.rollback import rollback_surge
-        from raylift.rollout import restarts_replicas, with_native_surge
-        from raylift.serve_config import app_by_name
-        from raylift.serve_writer import write_serve_config
+        from raylift.release.canary import CanaryPlan, kept_replicas, promoted, release_apps
+        from raylift.release.rollback import rollback_surge
+        from raylift.release.rollout import restarts_replicas, with_native_surge
+        from raylift.release.writer import write_serve_config
+        from raylift.serve.config import app_by_name
 
         decision = self._decision(context)
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
@@ -126,9 +126,9 @@ class PromoteReleaseOperator(TargetOperator):
 
     def _record(self, context: Any, config: dict[str, Any] | None, decision: dict[str, Any]) -> dict[str, Any]:
         """The run is the app's last good one; the anchor moves (``raylift.release.next_anchor_links``)."""
-        from raylift.deploy_state import run_key
-        from raylift.release import ReleaseDecision, next_anchor_links
-        from raylift.serve_config import app_by_name
+        from raylift.release.decision import ReleaseDecision, next_anchor_links
+        from raylift.release.state import run_key
+        from raylift.serve.config import app_by_name
 
         name, run_id = str(self.app_name), context["run_id"]
         state = self.state_for(name)

@@ -24,8 +24,8 @@ class RunRecordOperator(TargetOperator):
         self.parts = parts
 
     def execute(self, context: Any) -> str:
-        from raylift.deploy_state import run_key
         from raylift.operators.redeploy import resume_redeploys
+        from raylift.release.state import run_key
         from raylift.run_record import build_record
         from raylift.store import open_store
 

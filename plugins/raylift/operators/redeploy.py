@@ -125,7 +125,7 @@ class LastGoodConfOperator(TargetOperator):
 
         from raylift.assets import latest_staged_model, staged_models
         from raylift.dag_params import deploy_params
-        from raylift.deploy_state import run_key
+        from raylift.release.state import run_key
 
         if self.cluster_conn_id:
             from raylift.hooks.raylift_cluster import RayliftClusterHook

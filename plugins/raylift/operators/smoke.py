@@ -11,7 +11,7 @@ from raylift.operators.base import TargetOperator
 
 
 class SmokeTestOperator(TargetOperator):
-    """Run the smoke checks of the deployed app's kind (``raylift.smoke.run_smoke``) where the deploy says
+    """Run the smoke checks of the deployed app's kind (``raylift.serve.smoke.run_smoke``) where the deploy says
     it answers; any failure fails the task (the rollback step, ``one_failed``, undoes the release).
 
     :param served_name: the model name the requests name.
@@ -25,7 +25,7 @@ class SmokeTestOperator(TargetOperator):
         self.served_name, self.app_name, self.deployed = served_name, app_name, deployed
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.smoke import run_smoke
+        from raylift.serve.smoke import run_smoke
 
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         # The deploy step says where the candidate answers (endpoint + route_prefix) and what it is.

@@ -15,15 +15,15 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
-    from raylift.hardware_profile import InstanceShape
     from raylift.hooks.raylift_cluster import ClusterConnection
     from raylift.lease import Lease
+    from raylift.serve.hardware import InstanceShape
     from raylift.store import ObjectStore
     from raylift.triggers.polling import PollingTrigger
 
 class ClusterUndo(NamedTuple):
     """What ``Target.undo_cluster_change`` did, and the Serve config a head it restarted must be given again (it
-    starts with none; the caller writes it through ``raylift.serve_writer``), or None."""
+    starts with none; the caller writes it through ``raylift.release.writer``), or None."""
 
     message: str
     reapply: dict[str, Any] | None = None

@@ -37,8 +37,8 @@ from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 from raylift.targets.serve_control import DashboardServeControl
 
 if TYPE_CHECKING:
-    from raylift.hardware_profile import InstanceShape
     from raylift.hooks.ray_drain import RayDrainHook
+    from raylift.serve.hardware import InstanceShape
     from raylift.store import ObjectStore
     from raylift.targets.base import ClusterUndo
 
@@ -358,7 +358,7 @@ class EcsTarget(DrainedScaleIn, DashboardServeControl, AwsTarget):
         """The rollback step's ECS part: put the services this release rolled out back on their previous
         task-definition revisions (``roll_back_image``, which waits for ``services_stable``). If the head went back
         too, it restarted with no Serve app: wait for its dashboard and hand back the Serve config it served before
-        the release, for the caller to write (``raylift.rollback``). None when this release rolled out no image, or
+        the release, for the caller to write (``raylift.release.rollback``). None when this release rolled out no image, or
         outside a release (no writer lease: a run that never took it changed nothing, and a hand rollout is not its
         to undo)."""
         from raylift.targets.base import ClusterUndo

@@ -25,9 +25,9 @@ from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 
 if TYPE_CHECKING:
-    from raylift.hardware_profile import InstanceShape
     from raylift.hooks.autoscaling_group import AutoScalingGroupHook
     from raylift.hooks.eks_nodegroup import NodegroupScaling
+    from raylift.serve.hardware import InstanceShape
     from raylift.triggers.kube_job import KubeJobDoneTrigger
 
 log = logging.getLogger(__name__)

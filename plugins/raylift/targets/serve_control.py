@@ -3,7 +3,7 @@
 Why: reading the applied config, writing a whole config, and the waits for an app to run or to go are the same
 REST calls whoever started the cluster; only where the dashboard is, and whose token it takes, differ. A target
 says those two things (``serve_dashboard``, ``serve_dashboard_url``, ``dashboard_trigger_auth``) and inherits the
-rest. The compare-before-write and the lease around it are ``raylift.serve_writer``'s, above this.
+rest. The compare-before-write and the lease around it are ``raylift.release.writer``'s, above this.
 """
 
 from __future__ import annotations

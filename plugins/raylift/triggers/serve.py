@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raylift.serve_status import FAILED_APP_STATES, ApplicationStatus
+from raylift.serve.status import FAILED_APP_STATES, ApplicationStatus
 from raylift.triggers.dashboard import RayDashboardTrigger
 
 PENDING = "PENDING"  # raylift's word for "not (re)deployed since submitted_at yet": not one of Serve's states

@@ -86,7 +86,7 @@ def arm_placement(applications: Mapping[str, Any], app: str) -> ArmPlacement | N
 
 def uses_accelerators(apps: Iterable[Mapping[str, Any]]) -> bool:
     """Whether any deployment of ``apps`` (Serve config applications) asks for GPUs or NeuronCores."""
-    from raylift.serve_validation import ACCELERATORS, app_needs
+    from raylift.serve.validation import ACCELERATORS, app_needs
 
     return any(need.per_replica().get(unit, 0.0) > 0 for app in apps for need in app_needs(dict(app))
                for unit in ACCELERATORS)

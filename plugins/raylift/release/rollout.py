@@ -26,7 +26,7 @@ import logging
 from typing import Any
 
 from raylift.config import ROLLOUT_SURGE_REPLICAS
-from raylift.serve_config import app_by_name, merge_app
+from raylift.serve.config import app_by_name, merge_app
 from raylift.targets.base import Target
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def apply_start_before_stop(
     """Apply ``config`` (built from ``read``, the cluster's config the caller read) with ``app_name`` rolling out
     start-before-stop (``max_surge_percent``) and wait until it is RUNNING (blocking); refused if the cluster's
     config changed since ``read``. Returns the trigger's event."""
-    from raylift.serve_writer import write_serve_config
+    from raylift.release.writer import write_serve_config
 
     read = target.current_serve_config() if read is None else read
     app = app_by_name(config, app_name)

@@ -1,7 +1,7 @@
 """The one owner of release decisions: promote, roll back or hold a candidate, from its evidence.
 
 Pure (no I/O, no Airflow): the operators gather the evidence (smoke test, SLOs, the judgement of the candidate
-against the serving app measured side by side, :mod:`raylift.canary`) and act on the :class:`ReleaseDecision`.
+against the serving app measured side by side, :mod:`raylift.release.canary`) and act on the :class:`ReleaseDecision`.
 
 The rules, in order (the first that applies decides):
 
@@ -22,7 +22,7 @@ The rules, in order (the first that applies decides):
    release was promoted on its SLOs alone and became the anchor: a 3x slower one reset the chain;
 6. ``inconclusive`` (and no judgement at all: nothing was judged) — and a ``pass`` or ``regressed`` that the
    arms' unlike Ray placement alone could have given (:attr:`ReleaseEvidence.placement_favours`,
-   :mod:`raylift.placement`): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve"
+   :mod:`raylift.serve.placement`): by ``on_inconclusive``: ``hold`` waits for a person (``approval`` "approve"
    promotes, "reject" rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
 7. ``pass``: promote; it becomes the anchor (the chain starts again from it).
 
@@ -70,7 +70,7 @@ NOT_JUDGED = "not judged"
 # What the baseline arm of a release ran (ReleaseEvidence.baseline_runs)
 FRESH_ANCHOR, FRESH_SERVING, SERVING = "fresh-anchor", "fresh-serving", "serving"
 BASELINE_RUNS = (FRESH_ANCHOR, FRESH_SERVING, SERVING)
-# The arm an unlike placement favours (ReleaseEvidence.placement_favours; raylift.placement's names)
+# The arm an unlike placement favours (ReleaseEvidence.placement_favours; raylift.serve.placement's names)
 CANDIDATE_ARM, BASELINE_ARM = "candidate", "baseline"
 
 # The largest compounded slowdown since the anchor (ratio - 1) before a release rolls back. Below 0.10 on
@@ -112,7 +112,7 @@ class ReleaseEvidence:
     :param baseline_runs: what the baseline arm ran: ``fresh-anchor`` (the judgement's change is the change
         since the anchor: ``anchor_links`` are not compounded), ``fresh-serving`` or ``serving``.
     :param placement_favours: the arm whose Ray node was less crowded while they were measured
-        (:mod:`raylift.placement`: ``candidate`` or ``baseline``); None: alike, or not known.
+        (:mod:`raylift.serve.placement`: ``candidate`` or ``baseline``); None: alike, or not known.
     :param placement: that placement in words, for the reasons."""
 
     first_deploy: bool
@@ -349,7 +349,7 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
 def _placement_refusal(evidence: ReleaseEvidence, verdict: str) -> str | None:
     """Why the judgement's ``verdict`` is refused, when the arms' placement alone could have produced it: a pass
     of a canary that had the less crowded Ray node, a regression of one that had the more crowded (the node's
-    effect is larger than the tolerance: :mod:`raylift.placement`). None: the verdict stands (alike placement,
+    effect is larger than the tolerance: :mod:`raylift.serve.placement`). None: the verdict stands (alike placement,
     or a verdict the placement worked against)."""
     favours = evidence.placement_favours
     if (favours, verdict) not in ((CANDIDATE_ARM, PASS), (BASELINE_ARM, REGRESSED)):

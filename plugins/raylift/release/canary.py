@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from raylift.errors import RayliftValueError, ServeFitError
-from raylift.release import FRESH_ANCHOR, FRESH_SERVING, SERVING
-from raylift.serve_config import app_by_name, merge_app
+from raylift.release.decision import FRESH_ANCHOR, FRESH_SERVING, SERVING
+from raylift.serve.config import app_by_name, merge_app
 
 CANARY_SUFFIX = "-canary"
 BASELINE_SUFFIX = "-baseline"
@@ -310,6 +310,6 @@ def kept_replicas(candidate: dict[str, Any], planned: dict[str, Any], now: dict[
 
 
 def _same_version(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    from raylift.rollout import restarts_replicas
+    from raylift.release.rollout import restarts_replicas
 
     return not restarts_replicas(a, b)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from raylift.deploy_state import DeploymentState
 from raylift.errors import DeployError
-from raylift.serve_config import app_by_name, merge_app
+from raylift.release.state import DeploymentState
+from raylift.serve.config import app_by_name, merge_app
 from raylift.targets.base import Target
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,10 @@ def keep_hand_scaling(app: dict[str, Any], ours: dict[str, Any] | None, now: dic
                       ) -> tuple[dict[str, Any], list[str]]:
     """``app`` (what a rollback puts back) with the replica counts someone else set since this release left the
     app at ``ours`` (a hand scale-up in Serve's live config, ``now``): the release's own fields (code, model, args)
-    are still put back. The rule is promote's (``raylift.canary.kept_replicas``); nothing to compare: ``app``."""
+    are still put back. The rule is promote's (``raylift.release.canary.kept_replicas``); nothing to compare: ``app``."""
     import copy
 
-    from raylift.canary import kept_replicas
+    from raylift.release.canary import kept_replicas
 
     if ours is None or now is None:
         return copy.deepcopy(app), []
@@ -61,7 +61,7 @@ def _kept_note(kept: list[str]) -> str:
 
 def check_still_ours(state: DeploymentState, run_id: str, app_name: str, current: dict[str, Any]) -> None:
     """Raise RollbackConflictError, naming the change, unless ``app_name`` still runs what this run wrote."""
-    from raylift.rollout import restarts_replicas
+    from raylift.release.rollout import restarts_replicas
 
     applied = state.applied(run_id)
     ours = app_by_name(applied["config"], app_name) if applied else None
@@ -85,9 +85,9 @@ def rollback_surge(target: Target, app: dict[str, Any], current: dict[str, Any],
     """The surge replicas a rollback of ``app`` can use: the run's ``surge_replicas`` when that peak fits the
     cluster, else 0 (stop-before-start, as a full cluster allows). ServeFitError when not even that fits."""
     from raylift.errors import ServeFitError
-    from raylift.rollout import with_surge
-    from raylift.serve_config import app_kind
-    from raylift.serve_validation import Cluster, check_fit
+    from raylift.release.rollout import with_surge
+    from raylift.serve.config import app_kind
+    from raylift.serve.validation import Cluster, check_fit
 
     state = target.cluster_state()
     cluster = Cluster(totals=dict(state.resources), nodes=tuple(state.node_resources))
@@ -115,7 +115,7 @@ def restore_app(
     replicas and going back to them is a lightweight update.
     """
     from raylift.config import DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
-    from raylift.rollout import apply_start_before_stop
+    from raylift.release.rollout import apply_start_before_stop
 
     current = target.current_serve_config()
     check_still_ours(state, run_id, app_name, current)
@@ -131,7 +131,7 @@ def restore_app(
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
         action = f"removed app {app_name!r} (it had no earlier version: {source})"
     if app is not None and new_version_running:
-        from raylift.rollout import with_native_surge
+        from raylift.release.rollout import with_native_surge
 
         applied = state.applied(run_id) or {}
         surge = rollback_surge(target, app, current, int(applied.get("surge", ROLLOUT_SURGE_REPLICAS)))
@@ -143,7 +143,7 @@ def restore_app(
         if event.get("status") != "success":
             action += f" (but it is not RUNNING yet: {event.get('message', event.get('status'))})"
     else:
-        from raylift.serve_writer import write_serve_config
+        from raylift.release.writer import write_serve_config
 
         write_serve_config(target, restored, read=current)
     log.warning("rollback: %s", action)
@@ -169,7 +169,7 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
     Idempotent: a step that already rolled back (a gate, a failed deploy) leaves nothing to do, and an
     app someone else changed since this run applied it is left alone (and said so), never reverted.
     """
-    from raylift.rollout import restarts_replicas
+    from raylift.release.rollout import restarts_replicas
 
     applied = state.applied(run_id)
     if applied is None:
@@ -193,7 +193,7 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
 
 def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     """Equal, or the same code version with the same replica counts (however Serve echoes the config)."""
-    from raylift.rollout import restarts_replicas
+    from raylift.release.rollout import restarts_replicas
 
     if a == b:
         return True
@@ -214,8 +214,8 @@ def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: 
     and the Serve config the restarted head lost re-applied), then remove this run's canary (giving a lent replica
     back), then restore the app if this run's unproven config still serves it (a direct release, or a promotion
     that did not finish). Each part leaves alone what someone else changed since, and says so."""
-    from raylift.canary import CanaryPlan, without_canary
-    from raylift.serve_writer import write_serve_config
+    from raylift.release.canary import CanaryPlan, without_canary
+    from raylift.release.writer import write_serve_config
 
     done: list[str] = []
     undone = target.undo_cluster_change()

@@ -1,9 +1,9 @@
 """What was serving, kept in the state store: the last Serve config that passed, and run records.
 
-Rollback (``raylift.rollback``) restores the pre-deploy snapshot of the run that failed (the last good config
+Rollback (``raylift.release.rollback``) restores the pre-deploy snapshot of the run that failed (the last good config
 only for a run that left none), while the app still runs what that run wrote. A run that applied a
 config leaves ``applied/<run>.json`` (written before the PUT): "applied, not yet proven" until the run's
-config is recorded good, which ``raylift.rollback.restore_unproven`` acts on whatever failed. Keys:
+config is recorded good, which ``raylift.release.rollback.restore_unproven`` acts on whatever failed. Keys:
 ``_raylift/<cluster>/<app>/last_good.json``, ``_raylift/<cluster>/<app>/pre_deploy/<run>.json``,
 ``_raylift/<cluster>/<app>/applied/<run>.json``, ``_raylift/<cluster>/<app>/canary/<run>.json`` (a canary
 release's plan: what it runs beside the app and what it lent), ``_raylift/<cluster>/<app>/anchor.json`` (the
@@ -23,7 +23,7 @@ import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from raylift.serve_config import app_by_name, config_hash
+from raylift.serve.config import app_by_name, config_hash
 from raylift.store import ObjectStore
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class DeploymentState:
         )
 
     def save_canary(self, run_id: str, plan: dict[str, Any]) -> None:
-        """A canary release's plan (``raylift.canary.CanaryPlan.as_dict``), written before the canary is applied."""
+        """A canary release's plan (``raylift.release.canary.CanaryPlan.as_dict``), written before the canary is applied."""
         self.store.write_json(f"{self.prefix}/canary/{_RUN_SAFE.sub('_', run_id)}.json", plan)
 
     def canary(self, run_id: str) -> dict[str, Any] | None:
@@ -123,7 +123,7 @@ class DeploymentState:
 
     def write_anchor(self, run_id: str, links: list[float], benchmark: dict[str, Any] | None,
                      app: dict[str, Any] | None = None) -> None:
-        """``app``: the anchor's own app entry, which a canary's fresh baseline arm runs (``raylift.canary``)."""
+        """``app``: the anchor's own app entry, which a canary's fresh baseline arm runs (``raylift.release.canary``)."""
         self._write_record(
             f"{self.prefix}/anchor.json",
             {"run_id": run_id, "links": list(links), "benchmark": benchmark,

@@ -26,7 +26,7 @@ from typing import Any
 
 from raylift.errors import DeployError
 from raylift.lease import FencedWrite, Lease, LeaseBusyError, LeaseLostError, LeaseManager, new_holder_id
-from raylift.serve_config import config_hash
+from raylift.serve.config import config_hash
 from raylift.targets.base import Target
 
 log = logging.getLogger(__name__)
