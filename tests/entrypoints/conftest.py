@@ -10,6 +10,7 @@ suite runs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,8 @@ import pytest
 from tests.fixtures.airflow_server import AirflowServer, running_airflow
 from tests.integration.test_local_pipeline import conf
 
-PORT_BASE = 26000
+# another base (RAYLIFT_ENTRYPOINTS_PORT_BASE) lets one test run here beside a whole suite in another checkout
+PORT_BASE = int(os.environ.get("RAYLIFT_ENTRYPOINTS_PORT_BASE", "26000"))
 TEST_REDEPLOY_CRON = "0 4 29 2 *"
 DEPLOY_RUN_ID = "rest_api_deploy"
 # raylift_deploy itself waits up to 600 s for RUNNING; vLLM starts in minutes on a busy 2-core box.

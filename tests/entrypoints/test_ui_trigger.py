@@ -3,7 +3,8 @@
 raylift_deploy is paused for this test (and the form's "Unpause on trigger" box unticked), so the run the
 UI creates stays queued: it proves the form and its Params reach Airflow without a second real deploy
 (the REST test proves a run to success). The run is then marked failed through the API. The browser's
-last view is kept as a screenshot (``RAYLIFT_UI_SCREENSHOT``, default var/test-artifacts/ui-trigger.png).
+last view is kept as a screenshot (``RAYLIFT_UI_SCREENSHOT``, default var/test-artifacts/ui-trigger.png), and the
+form with its Params sections open beside it (``...-form.png``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.harness.local_stack import ROOT
+from raylift.dag_params import SECTIONS
 from tests.entrypoints.conftest import deploy_conf
 from tests.fixtures.airflow_server import USERNAME, AirflowServer
 from tests.fixtures.browser import headless_chromium
@@ -22,7 +24,14 @@ from tests.fixtures.browser import headless_chromium
 pytestmark = pytest.mark.integration
 
 SCREENSHOT = Path(os.environ.get("RAYLIFT_UI_SCREENSHOT", ROOT / "var/test-artifacts/ui-trigger.png"))
+# the form with its sections open (docs/images/trigger-form.png is one of these)
+FORM_SCREENSHOT = SCREENSHOT.with_name(f"{SCREENSHOT.stem}-form.png")
 UI_RUN_ID = "ui_trigger_form"
+# a field of each section that the form shows only while that section is open (strings: element_<name>; numbers:
+# their increment button)
+SECTION_PROBES = {"Where": "element_cluster_conn_id", "Model": "element_model_source", "Serving": "element_app_name",
+                  "Benchmark": "number-input:element_requests_per_level:inc",
+                  "Release": "number-input:element_max_regression:inc"}
 WAIT_S = 60
 
 
@@ -60,11 +69,31 @@ def test_trigger_form_creates_a_run_with_the_filled_params(airflow: AirflowServe
         browser.find_element(By.NAME, "password").send_keys(airflow.password)
         wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "button[type=submit]"))).click()
 
-        # open the trigger form and fill the Params
+        # open the trigger form: one accordion per Params section (raylift.dag_params.SECTIONS), one open at a time;
+        # each section, opened, shows its own first Param
         wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=trigger-dag-button]"))).click()
+
+        def open_section(section: str) -> None:
+            trigger = wait.until(ec.presence_of_element_located(
+                (By.XPATH, f"//button[@aria-expanded][normalize-space(.)='{section}']")))
+            if trigger.get_attribute("aria-expanded") != "true":
+                browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", trigger)
+                trigger.click()
+            wait.until(ec.visibility_of_element_located((By.ID, SECTION_PROBES[section])))
+
+        assert list(SECTION_PROBES) == list(SECTIONS)
+        for section in SECTIONS:
+            open_section(section)
+        open_section("Where")  # the shortest: the form's view shows every section's title below it
+        top = browser.find_element(By.XPATH, "//button[normalize-space(.)='Where']")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", top)
+        FORM_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(FORM_SCREENSHOT))
+        open_section("Model")
         served_name = wait.until(ec.visibility_of_element_located((By.ID, "element_served_name")))
         _fill(browser.find_element(By.ID, "element_model_source"), deploy_conf()["model_source"])
         _fill(served_name, "ui-tiny")
+        open_section("Serving")
         increment = browser.find_element(By.ID, "number-input:element_replicas:inc")
         replicas_id = increment.get_attribute("aria-controls")
         _fill(browser.find_element(By.ID, replicas_id), "2")
