@@ -112,7 +112,6 @@ with DAG(
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",
         on_inconclusive="{{ params.on_inconclusive }}",
-        regression_strict="{{ params.regression_strict }}",
         max_cumulative_regression="{{ params.max_cumulative_regression }}",
         regression_baseline="{{ params.regression_baseline }}",
         approval_timeout_minutes="{{ params.approval_timeout_minutes }}",

@@ -267,7 +267,6 @@ DEFAULT_MAX_REGRESSION = 0.10
 # The statistical regression judgement (raylift.bench.judgement; numbers in docs/benchmark-metrics.md):
 # the confidence of each metric's interval, and whether "inconclusive" fails the gate by default.
 DEFAULT_REGRESSION_CONFIDENCE = 0.95
-DEFAULT_REGRESSION_STRICT = False
 # Requests per concurrency level (per replica of the candidate): 128, for the canary process's error rates
 # (bench/gate_error_rates.py: at 64 the 10 %-slower row fell to 48-52 % caught, under the issue's 50 %; at 128,
 # 62.5 % with 0.25 % of unchanged candidates rejected). With 64 the stub test (tests/bench/test_regression_gate.py)
@@ -325,8 +324,23 @@ PARAM_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "max_cumulative_regression": DEFAULT_MAX_CUMULATIVE_REGRESSION,
     "regression_confidence": DEFAULT_REGRESSION_CONFIDENCE, "on_inconclusive": DEFAULT_ON_INCONCLUSIVE,
     "approval_timeout_minutes": APPROVAL_TIMEOUT_MINUTES, "approval_default": APPROVAL_DEFAULT,
-    "regression_strict": DEFAULT_REGRESSION_STRICT, "regression_baseline": "last_good",
+    "regression_baseline": "last_good",
 })
+# Params that raylift_deploy no longer has, and what to pass instead: a run that still names one is refused by its
+# first step (before anything is built or deployed), never silently ignored.
+REMOVED_PARAMS: Mapping[str, str] = MappingProxyType({
+    "regression_strict": "on_inconclusive: fail (what regression_strict: true meant; false is the default's 'pass')",
+})
+
+
+def refuse_removed_params(conf: Mapping[str, Any] | None) -> None:
+    """Raise naming each removed Param in a run's conf and its replacement (:data:`REMOVED_PARAMS`)."""
+    named = [f"{name} (pass {REMOVED_PARAMS[name]})" for name in (conf or {}) if name in REMOVED_PARAMS]
+    if named:
+        from raylift.errors import RayliftValueError
+
+        raise RayliftValueError(f"this run's conf names Params raylift_deploy no longer has: {'; '.join(named)}. "
+                                "Nothing was built or deployed; trigger it again without them.")
 
 
 def param_default(name: str) -> Any:

@@ -37,7 +37,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Benchmark": ("benchmark_profile", "concurrency", "requests_per_level", "max_seconds_per_level", "cost", "sweep",
                   "warmup_requests", "slos"),
     "Release": ("release", "max_regression", "max_cumulative_regression", "regression_confidence", "on_inconclusive",
-                "approval_timeout_minutes", "approval_default", "regression_strict", "regression_baseline"),
+                "approval_timeout_minutes", "approval_default", "regression_baseline"),
 }
 SECTION_OF = {name: section for section, names in SECTIONS.items() for name in names}
 
@@ -247,10 +247,6 @@ def deploy_params() -> dict[str, Param]:
         "approval_default": param(
             param_default("approval_default"), type="string", enum=["approve", "reject"],
             description="A held release's outcome when nobody answers in time",
-        ),
-        "regression_strict": param(
-            param_default("regression_strict"), type="boolean",
-            description="The older spelling of on_inconclusive: fail (true wins over on_inconclusive)",
         ),
         "regression_baseline": param(
             param_default("regression_baseline"), type="string", enum=["last_good", "none"],

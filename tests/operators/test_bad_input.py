@@ -156,15 +156,26 @@ def test_unbounded_or_repeated_concurrency_levels_are_refused_by_the_form_and_th
         op._levels()
 
 
-@pytest.mark.parametrize("value", ["maybe", "tru", 2, "null"])
-def test_a_boolean_that_is_neither_true_nor_false_is_refused_not_read_as_false(value: object) -> None:
-    """Issue 45 item 5: regression_strict 'maybe' was read as false (the gate went on, judging leniently)."""
-    from raylift.operators.gate import ReleaseGateOperator
-
-    op = ReleaseGateOperator(task_id="gate", target="local", app_name="llm", regression_strict=value)
-    with pytest.raises(RayliftValueError, match=f"regression_strict must be true or false, got {value!r}"):
-        op.evidence({"run_id": "manual__1", "ti": None, "params": {}})
+def test_a_boolean_that_is_neither_true_nor_false_is_refused_not_read_as_false() -> None:
+    """Issue 45 item 5: a boolean 'maybe' was read as false (then regression_strict's; strict_flag reads them all)."""
     from raylift.config import strict_flag
 
+    for value in ("maybe", "tru", 2, "null"):
+        with pytest.raises(RayliftValueError, match=f"redeploy must be true or false, got {value!r}"):
+            strict_flag(value, "redeploy", False)
     assert [strict_flag(v, "x", False) for v in (True, "true", " FALSE ", "1", 0, None, "")] == [
         True, True, False, True, False, False, False]
+
+
+def test_a_run_naming_a_removed_param_is_refused_by_its_first_step() -> None:
+    """regression_strict left raylift_deploy's Params (on_inconclusive: fail says it); a REST run or an old script
+    that still sends it is refused before anything is built, not run with the option silently dropped."""
+    from types import SimpleNamespace
+
+    from raylift.operators.profile import HardwareProfileOperator
+
+    op = HardwareProfileOperator(task_id="check_hardware_profile", target="local")
+    run = SimpleNamespace(conf={"served_name": "m", "regression_strict": True})
+    with pytest.raises(RayliftValueError, match=r"no longer has: regression_strict \(pass on_inconclusive: fail"):
+        op.execute({"dag_run": run})
+    assert op.execute({"dag_run": SimpleNamespace(conf={"served_name": "m"})})["serve_config"] == "llm-cpu.yaml"

@@ -40,7 +40,6 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     :param max_regression: the tolerance of each metric's change against the baseline (a fraction).
     :param regression_confidence: confidence of each metric's interval.
     :param on_inconclusive: ``hold`` (ask for approval), ``pass`` (promote, not as an anchor) or ``fail``.
-    :param regression_strict: the older spelling of ``on_inconclusive: fail`` (True wins).
     :param max_cumulative_regression: the largest slowdown allowed since the anchor, releases chained.
     :param regression_baseline: ``last_good`` (judge against the anchor's chain) or ``none`` (start a new one).
     :param approval_timeout_minutes: how long a hold waits for a person (also how long the lease is kept)."""
@@ -48,7 +47,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     template_fields = (
         *TargetOperator.template_fields,
         "app_name", "deployed", "slos", "max_regression", "regression_confidence", "on_inconclusive",
-        "regression_strict", "max_cumulative_regression", "regression_baseline", "approval_timeout_minutes",
+        "max_cumulative_regression", "regression_baseline", "approval_timeout_minutes",
     )
 
     def __init__(
@@ -60,7 +59,6 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         max_regression: float | str | None = None,
         regression_confidence: float | str | None = None,
         on_inconclusive: str | None = None,
-        regression_strict: bool | str | None = None,
         max_cumulative_regression: float | str | None = None,
         regression_baseline: str | None = None,
         approval_timeout_minutes: float | str | None = None,
@@ -69,7 +67,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         super().__init__(**kwargs)
         self.app_name, self.deployed, self.slos = app_name, deployed, slos or {}
         self.max_regression, self.regression_confidence = max_regression, regression_confidence
-        self.on_inconclusive, self.regression_strict = on_inconclusive, regression_strict
+        self.on_inconclusive = on_inconclusive
         self.max_cumulative_regression = max_cumulative_regression
         self.regression_baseline = regression_baseline
         self.approval_timeout_minutes = approval_timeout_minutes
@@ -77,12 +75,10 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
 
     def settings(self) -> dict[str, Any]:
         """The gate's Params, each resolved: what the DAG passed, else its default (raylift.config.PARAM_DEFAULTS)."""
-        from raylift.config import param_default, strict_flag
+        from raylift.config import param_default
         from raylift.operators.benchmark import _number
 
         on_inconclusive = str(self.on_inconclusive or param_default("on_inconclusive"))
-        if strict_flag(self.regression_strict, "regression_strict", param_default("regression_strict")):
-            on_inconclusive = "fail"
         numbers = ("max_regression", "regression_confidence", "max_cumulative_regression")
         return {
             "on_inconclusive": on_inconclusive,

@@ -68,6 +68,10 @@ class HardwareProfileOperator(TargetOperator):
         self.serve_config = serve_config
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from raylift.config import refuse_removed_params
+
+        dag_run = context.get("dag_run")
+        refuse_removed_params(getattr(dag_run, "conf", None))  # the run's first step: before anything is built
         target = self.target_impl
         name, _, shapes = choose_profile(target, str(self.serve_config or ""), self.log)
         instances = [shape.instance_type for shape in shapes]
