@@ -92,7 +92,7 @@ def test_an_app_changed_by_someone_else_since_is_not_reverted(serve: ServeStandi
     from raylift.targets.local import LocalTarget
 
     LocalTarget().apply_serve_config(whole(app_config("/store/c")))  # another writer, after r1
-    assert "no longer runs what run r1 applied" in guard().execute({"run_id": "r1"})
+    assert "not rolled back: app 'translator' runs another version than run r1 wrote" in guard().execute({"run_id": "r1"})
     assert serve.app(APP)["args"]["model"] == "/store/c"
 
 
@@ -231,39 +231,39 @@ def test_the_deploy_dag_runs_the_guard_after_any_failure_past_the_deploy() -> No
 def test_a_hand_deploy_during_the_benchmark_survives_the_gate_failure(serve: ServeStandin, tmp_path: Path) -> None:
     """Rollback restores only while the app still runs what this run wrote: a hand `serve deploy` of another
     version made while the run benchmarked is kept, and the failing step names the change."""
-    from raylift.release.rollback import roll_back_after_failure
+    from raylift.release.rollback import undo_release
     from raylift.targets.local import LocalTarget
 
     state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
     apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
     LocalTarget().apply_serve_config(whole(app_config("/store/c")))  # by hand, while r1 benchmarks
     puts = len(serve.puts)
-    outcome = roll_back_after_failure(LocalTarget(), state(tmp_path), "r1", APP)
-    assert outcome.startswith("Not rolled back: app 'translator' runs another version than run r1 wrote"), outcome
+    outcome = undo_release(LocalTarget(), state(tmp_path), "r1", APP)
+    assert outcome.startswith("not rolled back: app 'translator' runs another version than run r1 wrote"), outcome
     assert "args" in outcome  # names what changed
     assert serve.app(APP)["args"]["model"] == "/store/c" and len(serve.puts) == puts
 
 
 def test_an_undeploy_during_the_run_is_not_undone_by_its_failure(serve: ServeStandin, tmp_path: Path) -> None:
-    from raylift.release.rollback import roll_back_after_failure
+    from raylift.release.rollback import undo_release
     from raylift.targets.local import LocalTarget
 
     apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
     LocalTarget().apply_serve_config({"proxy_location": "HeadOnly", "applications": []})  # raylift_undeploy
-    outcome = roll_back_after_failure(LocalTarget(), state(tmp_path), "r1", APP, new_version_running=False)
+    outcome = undo_release(LocalTarget(), state(tmp_path), "r1", APP)
     assert "was removed since run r1 wrote it" in outcome and serve.app(APP) is None
 
 
 def test_rollback_restores_what_this_run_replaced_not_an_older_last_good(serve: ServeStandin, tmp_path: Path) -> None:
     """r0 passed with /store/a; /store/x was deployed by hand after it; r1 replaced /store/x and failed:
     what r1 replaced (/store/x) comes back, not r0's."""
-    from raylift.release.rollback import roll_back_after_failure
+    from raylift.release.rollback import undo_release
     from raylift.targets.local import LocalTarget
 
     state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
     LocalTarget().apply_serve_config(whole(app_config("/store/x")))
     apply_as_run(serve, tmp_path, "r1", whole(app_config("/store/b")))
-    outcome = roll_back_after_failure(LocalTarget(), state(tmp_path), "r1", APP)
+    outcome = undo_release(LocalTarget(), state(tmp_path), "r1", APP)
     assert "from the config that was serving before this run" in outcome, outcome
     assert serve.app(APP)["args"]["model"] == "/store/x"
 
@@ -274,7 +274,7 @@ def test_a_full_cluster_rolls_back_stop_before_start_within_the_fit(
 ) -> None:
     """2 replicas x 0.5 CPU on a 1-CPU cluster: no room for a surge replica. A surge_replicas 0 run goes back
     stop-before-start; a surge 1 run on this cluster does too (its surge would never schedule)."""
-    from raylift.release.rollback import roll_back_after_failure
+    from raylift.release.rollback import undo_release
     from raylift.targets.local import LocalTarget
 
     serve.cpus = 1.0
@@ -283,7 +283,7 @@ def test_a_full_cluster_rolls_back_stop_before_start_within_the_fit(
     config = whole(app_config("/store/b", replicas=2))
     state(tmp_path).begin_apply("r1", copy.deepcopy(serve.config), config, surge=surge)
     LocalTarget().apply_serve_config(config)
-    outcome = roll_back_after_failure(LocalTarget(), state(tmp_path), "r1", APP)
+    outcome = undo_release(LocalTarget(), state(tmp_path), "r1", APP)
     assert outcome.endswith("(stop-before-start)"), outcome
     back = serve.app(APP)
     assert back["args"]["model"] == "/store/a"
@@ -291,14 +291,14 @@ def test_a_full_cluster_rolls_back_stop_before_start_within_the_fit(
 
 
 def test_a_roomy_cluster_rolls_back_with_the_runs_surge(serve: ServeStandin, tmp_path: Path) -> None:
-    from raylift.release.rollback import roll_back_after_failure
+    from raylift.release.rollback import undo_release
     from raylift.targets.local import LocalTarget
 
     state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
     config = whole(app_config("/store/b"))
     state(tmp_path).begin_apply("r1", copy.deepcopy(serve.config), config, surge=2)
     LocalTarget().apply_serve_config(config)
-    outcome = roll_back_after_failure(LocalTarget(), state(tmp_path), "r1", APP)
+    outcome = undo_release(LocalTarget(), state(tmp_path), "r1", APP)
     assert "stop-before-start" not in outcome, outcome
     assert serve.app(APP)["deployments"][0]["max_surge_percent"] > 0
 

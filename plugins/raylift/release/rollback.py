@@ -103,16 +103,13 @@ def rollback_surge(target: Target, app: dict[str, Any], current: dict[str, Any],
     return 0
 
 
-def restore_app(
-    target: Target, state: DeploymentState, run_id: str, app_name: str, *, new_version_running: bool = True
-) -> str:
+def restore_app(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
     """Put back exactly what this run replaced of ``app_name`` (or remove the app if it was not deployed before),
     only while the app still runs what this run wrote; returns what was done. RollbackConflictError otherwise.
 
-    ``new_version_running``: the failed version is RUNNING (a smoke test or gate failed), so going back
-    restarts replicas: start-before-stop with the run's ``surge_replicas`` when that fits the cluster (else
-    stop-before-start), and wait for it. False after a failed deploy, where Serve never stopped the old
-    replicas and going back to them is a lightweight update.
+    The failed version may be RUNNING (a smoke test or gate failed), so going back restarts replicas:
+    start-before-stop with the run's ``surge_replicas`` when that fits the cluster (else stop-before-start), and
+    wait for it.
     """
     from raylift.config import DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
     from raylift.release.rollout import apply_start_before_stop
@@ -130,7 +127,7 @@ def restore_app(
         restored = dict(current)
         restored["applications"] = [a for a in current.get("applications", []) if a.get("name") != app_name]
         action = f"removed app {app_name!r} (it had no earlier version: {source})"
-    if app is not None and new_version_running:
+    if app is not None:
         from raylift.release.rollout import with_native_surge
 
         applied = state.applied(run_id) or {}
@@ -148,18 +145,6 @@ def restore_app(
         write_serve_config(target, restored, read=current)
     log.warning("rollback: %s", action)
     return action
-
-
-def roll_back_after_failure(
-    target: Target, state: DeploymentState, run_id: str, app_name: str, *, new_version_running: bool = True
-) -> str:
-    """The one rollback a failed deploy, smoke test or gate runs: "Rolled back: ..." or, when the app no longer
-    runs what this run wrote, "Not rolled back: ..." naming the change (the caller fails the task with it)."""
-    try:
-        return f"Rolled back: {restore_app(target, state, run_id, app_name, new_version_running=new_version_running)}"
-    except RollbackConflictError as exc:
-        log.warning("rollback: not rolled back: %s", exc)
-        return f"Not rolled back: {exc}"
 
 
 def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_name: str) -> str:
@@ -187,8 +172,12 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
     if ours is None or now is None or restarts_replicas(ours, now):
         log.warning("rollback: app %r was changed by someone else since run %s applied it; left as it is",
                     app_name, run_id)
+        try:  # the change, named (check_still_ours says what differs); else the plain fact
+            check_still_ours(state, run_id, app_name, current)
+        except RollbackConflictError as exc:
+            return f"not rolled back: {exc}"
         return f"not rolled back: app {app_name!r} no longer runs what run {run_id} applied (changed since)"
-    return restore_app(target, state, run_id, app_name, new_version_running=True)
+    return restore_app(target, state, run_id, app_name)
 
 
 def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
