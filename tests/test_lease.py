@@ -210,7 +210,8 @@ def test_exactly_one_of_simultaneous_claims_wins(store_uri: str, tmp_path: Path)
     go = tmp_path / "go"
     procs = [spawn({"mode": "race", "uri": store_uri, "go": str(go), "rounds": 20}, tmp_path, str(i)) for i in range(4)]
     assert [message(p) for p in procs] == ["ready"] * 4
-    go.write_text(str(time.time() + 0.5))
+    (tmp_path / "go.tmp").write_text(str(time.time() + 0.5))
+    (tmp_path / "go.tmp").rename(go)  # whole, at once: a child polling for the file never reads it half-written
     won = [message(p) for p in procs]
     finish(procs)
     winners = [sum(r in w for w in won) for r in range(20)]

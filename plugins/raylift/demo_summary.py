@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from raylift.config import REPORTS_URL_PREFIX, local_settings
-from raylift.release.state import run_key
+from raylift.release.state import run_file, run_key
 from raylift.store import LocalStore
 
 
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"No run record found in {store.root}: see {args.log}.", file=sys.stderr)
             return 1
         args.run_id = json.loads(records[-1].read_text())["run_id"]
-    record = store.read_json(f"{run_key(args.run_id)}/record.json")
-    bench = store.read_json(f"{run_key(args.run_id)}/benchmark.json")
+    record = store.read_json(run_file(args.run_id, "record"))
+    bench = store.read_json(run_file(args.run_id, "benchmark"))
     if not record:
         print(f"No run record for {args.run_id}: the run failed early; see {args.log}.", file=sys.stderr)
         return 1
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = record.get("endpoint") or settings.serve_url
     print("\n=== raylift demo ===")
     print(f"run:       {args.run_id}")
-    print(f"record:    {store.child_uri(run_key(args.run_id) + '/record.json')}")
+    print(f"record:    {store.child_uri(run_file(args.run_id, 'record'))}")
     if failed:
         print(f"steps without a result: {', '.join(failed)} (see {args.log})")
     print(f"endpoint:  {endpoint}/v1  (OpenAI-compatible; model {served!r})")

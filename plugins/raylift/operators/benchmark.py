@@ -113,7 +113,7 @@ class BenchmarkOperator(TargetOperator):
         from raylift.bench.runner import Arm, format_table, run_benchmark, run_side_by_side
         from raylift.bench.sweep import SweepSpec
         from raylift.release.gates import level_breach, merged_slos
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file
         from raylift.serve.config import APP_KINDS
 
         cost_options = _cost_options(self.cost)  # malformed cost or sweep Params fail here, before any request
@@ -185,19 +185,19 @@ class BenchmarkOperator(TargetOperator):
         result["cost"] = self._cost(result, cost_options)
         self.log.info("%s", format_cost(result["cost"]))
         store = self.state_for(str(self.app_name)).store
-        store.write_json(f"{run_key(run_id)}/benchmark.json", result)
+        store.write_json(run_file(run_id, "benchmark"), result)
         if baseline is not None:
-            store.write_json(f"{run_key(run_id)}/baseline.json", baseline)
+            store.write_json(run_file(run_id, "baseline"), baseline)
         # the levels as llmperf writes its summary files, beside raylift's results (docs/benchmark-metrics.md)
-        store.write_json(f"{run_key(run_id)}/llmperf_summary.json", llmperf_files(result))
+        store.write_json(run_file(run_id, "llmperf_summary"), llmperf_files(result))
         try:  # the dashboard's figures (CloudWatch on AWS targets, nothing on local); never blocks the gate
             self.target_impl.publish_benchmark(result, model=str(self.served_name), run_id=run_id)
         except Exception:
             self.log.exception("benchmark metrics not published; the gate still applies")
         return {"overall": result.get("overall", {}), "levels": _without_samples(result.get("levels", [])),
                 "release": result["release"], "cost": result["cost"], "sweep": result.get("sweep"),
-                "results_uri": store.child_uri(f"{run_key(run_id)}/benchmark.json"),
-                **({"baseline_uri": store.child_uri(f"{run_key(run_id)}/baseline.json")} if baseline else {})}
+                "results_uri": store.child_uri(run_file(run_id, "benchmark")),
+                **({"baseline_uri": store.child_uri(run_file(run_id, "baseline"))} if baseline else {})}
 
 
     def _placement(self, deployed: dict[str, Any]) -> dict[str, Any]:

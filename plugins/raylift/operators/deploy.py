@@ -457,10 +457,10 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         cold = self._read_cold_start(app_name, running_at)
         if deploy_steps:
             cold["deploy_steps_s"] = deploy_steps
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file
 
         try:
-            self.state_for(str(self.app_name)).store.write_json(f"{run_key(run_id)}/cold_start.json", cold)
+            self.state_for(str(self.app_name)).store.write_json(run_file(run_id, "cold_start"), cold)
         except Exception as exc:  # the XCom still has it
             self.log.warning("cold_start.json not written (%s: %s)", type(exc).__name__, exc)
         return cold

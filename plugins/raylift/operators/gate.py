@@ -91,7 +91,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         from raylift.operators.benchmark import same_app_config
         from raylift.release.decision import ON_INCONCLUSIVE, ReleaseEvidence
         from raylift.release.gates import assess, merged_slos
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file, stand_in_anchor
 
         settings = self.settings()
         baseline_choice = settings["regression_baseline"]
@@ -106,19 +106,16 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         run_id = context["run_id"]
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         canary = deployed.get("release") == "canary"
-        result = state.store.read_json(f"{run_key(run_id)}/benchmark.json")
+        result = state.store.read_json(run_file(run_id, "benchmark"))
         skipped = (context["ti"].xcom_pull(task_ids="benchmark") or {}).get("skipped")
         if result is None and skipped:
             # an app without an OpenAI API (the translator): its smoke test is the evidence; nothing to judge
             self.log.info("benchmark skipped (%s): the release is judged by its smoke test and SLOs only", skipped)
             result = {"levels": [], "overall": {"error_rate": 0.0}, "skipped": skipped}
         if result is None:
-            raise GateError(f"run {run_id} left no benchmark results ({run_key(run_id)}/benchmark.json): "
+            raise GateError(f"run {run_id} left no benchmark results ({run_file(run_id, 'benchmark')}): "
                             "nothing to judge; the release is not promoted")
-        anchor = state.anchor()
-        if anchor is None and not canary:
-            good = state.last_good()  # state written before anchors existed: the last good run stands in
-            anchor = {"run_id": good["run_id"], "links": [], "benchmark": good.get("benchmark")} if good else None
+        anchor = state.anchor() if canary else stand_in_anchor(state.anchor(), state.last_good())
         # regression_baseline 'none', explicitly: the only way a new anchor starts outside a first deploy
         # (raylift.release.decide, rule 0), and the record names who asked
         new_anchor_by = asked_by(context) if baseline_choice == "none" else None
@@ -128,7 +125,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         if canary and skipped:
             baseline = None  # nothing was measured beside the serving app: smoke test and SLOs only
         elif canary:
-            baseline = state.store.read_json(f"{run_key(run_id)}/baseline.json")
+            baseline = state.store.read_json(run_file(run_id, "baseline"))
             if baseline is None:
                 raise GateError(f"canary release {run_id}: the serving app's results (baseline.json) are missing")
             baseline = _relabelled(baseline, result)
@@ -170,7 +167,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     def choose_branch(self, context: Any) -> str:
         from raylift.bench.judgement import format_judgement
         from raylift.release.decision import HOLD, PROMOTE, decide
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file
 
         evidence, result, baseline, violations, unchanged = self.evidence(context)
         decision = decide(evidence)
@@ -187,7 +184,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
                                  "(a redeploy); it does not move the anchor"]
             record["becomes_anchor"] = False
         run_id = context["run_id"]
-        state.store.write_json(f"{run_key(run_id)}/release.json", record)
+        state.store.write_json(run_file(run_id, "release"), record)
         if evidence.judgement:
             self.log.info("%s", format_judgement(evidence.judgement))
         elif unchanged:

@@ -127,20 +127,16 @@ class PromoteReleaseOperator(TargetOperator):
     def _record(self, context: Any, config: dict[str, Any] | None, decision: dict[str, Any]) -> dict[str, Any]:
         """The run is the app's last good one; the anchor moves (``raylift.release.next_anchor_links``)."""
         from raylift.release.decision import ReleaseDecision, next_anchor_links
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file, stand_in_anchor
         from raylift.serve.config import app_by_name
 
         name, run_id = str(self.app_name), context["run_id"]
         state = self.state_for(name)
-        result = state.store.read_json(f"{run_key(run_id)}/benchmark.json")
+        result = state.store.read_json(run_file(run_id, "benchmark"))
         previous = state.last_good()
         if config:
             state.record_good(run_id, config, benchmark=result)
-        anchor = state.anchor()
-        if anchor is None and previous is not None:
-            # state from before anchors: the last good run stood in for the anchor (the gate judged a direct
-            # release against it), so the chain starts there, never at an anchor without a run or samples
-            anchor = {"run_id": previous["run_id"], "links": [], "benchmark": previous.get("benchmark")}
+        anchor = stand_in_anchor(state.anchor(), previous)  # the chain starts where the gate judged from
         links = tuple(float(x) for x in (anchor or {}).get("links", []))
         final = ReleaseDecision(
             action=decision["action"], verdict=decision["verdict"], reasons=tuple(decision.get("reasons") or ()),

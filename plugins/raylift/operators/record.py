@@ -25,7 +25,7 @@ class RunRecordOperator(TargetOperator):
 
     def execute(self, context: Any) -> str:
         from raylift.operators.redeploy import resume_redeploys
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file
         from raylift.run_record import build_record
         from raylift.store import open_store
 
@@ -47,7 +47,7 @@ class RunRecordOperator(TargetOperator):
             store = target.state_store()
         else:
             store = open_store(target.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
-        key = f"{run_key(context['run_id'])}/record.json"
+        key = run_file(context['run_id'], "record")
         store.write_json(key, record)
         uri = store.child_uri(key)
         self.log.info("run record written to %s", uri)

@@ -125,7 +125,7 @@ class LastGoodConfOperator(TargetOperator):
 
         from raylift.assets import latest_staged_model, staged_models
         from raylift.dag_params import deploy_params
-        from raylift.release.state import run_key
+        from raylift.release.state import run_file
 
         if self.cluster_conn_id:
             from raylift.hooks.raylift_cluster import RayliftClusterHook
@@ -159,7 +159,7 @@ class LastGoodConfOperator(TargetOperator):
                 f"{self.cluster_name}: nothing to redeploy, no raylift_deploy run of app {self.app_name!r} on it has "
                 f"passed its smoke test and gates yet (state in {state.store.uri}). Run raylift_deploy once first."
             )
-        record = state.store.read_json(f"{run_key(good['run_id'])}/record.json") or {}
+        record = state.store.read_json(run_file(good['run_id'], "record")) or {}
         params = record.get("params")
         if not params:
             raise RedeployError(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from raylift.serve.config import app_by_name, config_hash
 from raylift.store import ObjectStore
@@ -32,8 +32,27 @@ if TYPE_CHECKING:
 _RUN_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+# What one run leaves under run_key(run_id), by name: the benchmark's results (and the serving arm's, in a canary
+# release), llmperf's summary, the cold start, the gate's decision (release) and the run record.
+RunFile = Literal["benchmark", "baseline", "llmperf_summary", "cold_start", "release", "record"]
+
+
 def run_key(run_id: str) -> str:
     return f"_raylift/runs/{_RUN_SAFE.sub('_', run_id)}"
+
+
+def run_file(run_id: str, name: RunFile) -> str:
+    """The store key of one of a run's files (``RunFile``): one spelling for the writer and every reader."""
+    return f"{run_key(run_id)}/{name}.json"
+
+
+def stand_in_anchor(anchor: dict[str, Any] | None, last_good: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The anchor, or for state written before anchors existed the last good run standing in for it (no chain
+    yet, its benchmark the baseline), never an anchor without a run. The gate judges a direct release against it
+    and promote starts the chain from it."""
+    if anchor is not None or last_good is None:
+        return anchor
+    return {"run_id": last_good["run_id"], "links": [], "benchmark": last_good.get("benchmark")}
 
 
 class DeploymentState:
