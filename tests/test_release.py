@@ -229,3 +229,22 @@ def test_a_verdict_the_arms_placement_alone_could_give_is_refused(favours: str |
     assert not (refused and d.becomes_anchor)
     with pytest.raises(RayliftValueError, match="placement_favours 'serving' is not one of"):
         decide(ev(placement_favours="serving"))
+
+
+def test_the_release_plan_chooses_canary_only_for_a_code_change_of_a_serving_app() -> None:
+    """raylift.release.plan is the one place the canary/direct choice is made (the deploy step carries it out)."""
+    from raylift.release.plan import plan_release
+
+    serving = {"name": "llm", "import_path": "app:build", "args": {"model": "/store/a"},
+               "deployments": [{"name": "LLMServer", "num_replicas": 1}]}
+    new_weights = {**serving, "args": {"model": "/store/b"}}
+    more_replicas = {**serving, "deployments": [{"name": "LLMServer", "num_replicas": 2}]}
+    assert plan_release("canary", "llm", serving, new_weights).kind == "canary"
+    assert plan_release(None, "llm", serving, new_weights).kind == "canary"  # the Param's default
+    assert plan_release("direct", "llm", serving, new_weights).kind == "direct"
+    first = plan_release("canary", "llm", None, new_weights)
+    assert first.kind == "direct" and "first deploy" in first.why
+    in_place = plan_release("canary", "llm", serving, more_replicas)
+    assert in_place.kind == "direct" and "restarts no replica" in in_place.why
+    with pytest.raises(RayliftValueError, match=r"'release' must be one of \['canary', 'direct'\], got 'blue'"):
+        plan_release("blue", "llm", serving, new_weights)

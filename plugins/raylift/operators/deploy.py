@@ -222,27 +222,13 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         return False
 
     def _release_kind(self, app: dict[str, Any], current: dict[str, Any]) -> str:
-        """``canary`` for a code update of a serving app under ``release: canary``; ``direct`` otherwise."""
-        from raylift.release.canary import RELEASES
-        from raylift.release.rollout import restarts_replicas
+        """The release :func:`raylift.release.plan.plan_release` chooses for ``app``, logged with its reason."""
+        from raylift.release.plan import plan_release
         from raylift.serve.config import app_by_name
 
-        release = str(self.release or "canary")
-        if release not in RELEASES:
-            raise RayliftValueError(f"'release' must be one of {list(RELEASES)}, got {release!r}: 'canary' judges a "
-                                    "changed app beside the serving one, 'direct' applies it to the app itself.")
-        old = app_by_name(current, str(self.app_name))
-        if release == "direct":
-            return "direct"
-        if old is None:
-            self.log.info("app %r is not serving: a first deploy, applied directly (no canary to compare)",
-                          self.app_name)
-            return "direct"
-        if not restarts_replicas(old, app):
-            self.log.info("the change to app %r restarts no replica (or there is none): applied directly",
-                          self.app_name)
-            return "direct"
-        return "canary"
+        plan = plan_release(self.release, str(self.app_name), app_by_name(current, str(self.app_name)), app)
+        self.log.info("release: %s (%s)", plan.kind, plan.why)
+        return plan.kind
 
     def _fits(self, app: dict[str, Any], others: list[dict[str, Any]]) -> None:
         """The fit check of ``app`` beside ``others`` (ServeFitError naming the numbers when it does not fit)."""

@@ -41,7 +41,6 @@ from raylift.serve.config import app_by_name, merge_app
 CANARY_SUFFIX = "-canary"
 BASELINE_SUFFIX = "-baseline"
 CANARY_REPLICAS = 1
-RELEASES = ("canary", "direct")
 
 
 class CanaryRoomError(ServeFitError):
