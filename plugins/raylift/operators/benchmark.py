@@ -214,11 +214,10 @@ class BenchmarkOperator(TargetOperator):
             config = self.target_impl.current_serve_config()
             if uses_accelerators(a for a in (app_by_name(config, n) for n in (candidate, baseline)) if a):
                 return {"note": "the arms run on accelerators (each replica owns its devices): not compared"}
-            # the targets that reach Serve through a Ray dashboard (raylift.targets.serve_control) have one
-            dashboard = getattr(self.target_impl, "serve_dashboard", None)
+            dashboard = self.target_impl.serve_dashboard()  # None: a target that reaches Serve otherwise
             if dashboard is None:
                 return {"note": "this target has no Ray dashboard to read the replicas' nodes from"}
-            status = dashboard().serve_applications().get("applications") or {}
+            status = dashboard.serve_applications().get("applications") or {}
         except Exception as exc:  # noqa: BLE001 - evidence for the gate, never a reason to stop measuring
             self.log.warning("where Ray placed the arms was not read (%s: %s); the gate judges without it",
                              type(exc).__name__, exc)
@@ -250,10 +249,9 @@ def _confirmation(candidate: dict[str, Any], baseline: dict[str, Any], slos: dic
 
 
 def _target_region(target: Any) -> str | None:
-    """The AWS region a target runs in (EKS: ``region()``; ECS: its connection's region), None on local."""
-    if callable(getattr(target, "region", None)):
-        return str(target.region())
-    return getattr(getattr(target, "aws", None), "region_name", None)
+    """The AWS region a target runs in (``Target.aws_region``), None off AWS."""
+    region = target.aws_region()
+    return str(region) if region else None
 
 
 def _json_param(raw: Any, name: str) -> dict[str, Any]:

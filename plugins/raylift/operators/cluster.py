@@ -31,7 +31,6 @@ class ScaleClusterOperator(TargetOperator):
         self.deferrable = default_deferrable(deferrable)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.targets.scale_in import DrainedScaleIn
 
         try:
             workers = int(self.workers)
@@ -41,13 +40,12 @@ class ScaleClusterOperator(TargetOperator):
             raise RayliftValueError(f"'workers' must be >= 0, got {workers}.")
         watch = Stopwatch()
         target = self.target_impl
-        drains = target if isinstance(target, DrainedScaleIn) else None
-        plan = drains.scale_in_plan(workers) if drains is not None else None
-        if drains is None or plan is None:  # a scale-out, the same count, or a target that does not drain
+        plan = target.scale_in_plan(workers)
+        if plan is None:  # a scale-out, the same count, or a target that does not drain
             want = target.scale(workers=workers)
             self.log.info("cluster scaled to %s worker(s) in %s; expecting %s", workers, watch, want)
             return want.to_xcom()
-        trigger = drains.start_drain(plan)
+        trigger = target.start_drain(plan)
         if trigger is None:  # the members to remove never joined Ray: nothing to drain
             return self.execute_complete(context, None, plan=plan.to_xcom())
         if self.deferrable:
@@ -59,11 +57,9 @@ class ScaleClusterOperator(TargetOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None, plan: dict[str, Any]) -> dict[str, Any]:
         """After the drain: remove exactly the drained members and resize (ClusterError when it did not finish)."""
-        from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
+        from raylift.targets.scale_in import ScaleInPlan
 
         target = self.target_impl
-        if not isinstance(target, DrainedScaleIn):
-            raise DeployError(f"target {self.target} does not drain before a scale-in; run the scale step again.")
         scale_in = ScaleInPlan.from_xcom(plan)
         want = target.finish_scale_in(scale_in, event)
         self.log.info("cluster scaled in to %s worker(s), removing %s after Ray drained them; expecting %s",

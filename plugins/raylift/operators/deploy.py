@@ -455,10 +455,8 @@ class ServeDeployOperator(FreshBaselineMixin, TargetOperator):
         from raylift.hooks.ray_replica_logs import ReplicaLogReader
         from raylift.serve.cold_start import new_replicas, replica_cold_start, summary_line
 
-        # the targets that reach Serve through a Ray dashboard (raylift.targets.serve_control) have one
-        serve_dashboard = getattr(self.target_impl, "serve_dashboard", None)
         try:
-            dashboard = serve_dashboard() if serve_dashboard is not None else None
+            dashboard = self.target_impl.serve_dashboard()  # None: a target that reaches Serve otherwise
         except NotImplementedError:
             dashboard = None
         if dashboard is None:

@@ -77,7 +77,7 @@ class StageModelOperator(TargetOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         watch = Stopwatch()
         target: Any = self.target_impl
-        if getattr(target, "stages_remotely", False):
+        if target.stages_remotely:
             return self._stage_remotely(context, target, watch)
         staged: StagedModel = target.stage_model(
             source=str(self.model_source), model_id=str(self.model_id), revision=self.revision or None,

@@ -158,6 +158,9 @@ class AwsTarget(Target):
 
         return open_store(self.state_uri(), aws_conn_id=self.aws.aws_conn_id)
 
+    def aws_region(self) -> str | None:
+        return self.aws.region_name
+
     # -- model -----------------------------------------------------------------------------------
     @property
     def stages_remotely(self) -> bool:

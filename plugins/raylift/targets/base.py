@@ -8,6 +8,7 @@ travel through XCom (``to_xcom``/``from_xcom``) without leaking secrets; they li
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
@@ -15,10 +16,12 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedMo
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
+    from raylift.hooks.ray_dashboard import RayDashboardHook
     from raylift.hooks.raylift_cluster import ClusterConnection
     from raylift.lease import Lease
     from raylift.serve.hardware import InstanceShape
     from raylift.store import ObjectStore
+    from raylift.targets.scale_in import ScaleInPlan
     from raylift.triggers.polling import PollingTrigger
 
 class ClusterUndo(NamedTuple):
@@ -97,6 +100,42 @@ class Target(ABC):
     def describe_cluster(self) -> str:
         """The cluster, for messages."""
         return f"the {self.name} target's cluster"
+
+    def aws_region(self) -> str | None:
+        """The AWS region the cluster runs in (a price table's), None off AWS (``local``, ``ray``)."""
+        return None
+
+    # -- what a target can do beyond the steps (the defaults: it cannot) ---------------------------
+    @property
+    def stages_remotely(self) -> bool:
+        """Whether the model copy runs beside the cluster (:meth:`start_staging`) instead of in this worker."""
+        return False
+
+    def start_staging(
+        self, *, source: str, model_id: str, revision: str | None, request_id: str, **patterns: Any
+    ) -> tuple[Any, BaseTrigger]:
+        """Launch the remote model copy (only where :attr:`stages_remotely`)."""
+        raise NotImplementedError(f"the {self.name} target stages in the worker (stage_model), not remotely")
+
+    def scale_in_plan(self, workers: int) -> ScaleInPlan | None:
+        """The members a scale-in to ``workers`` removes after Ray drained them, or None: a plain ``scale`` (a
+        scale-out, the same count, or a target that does not drain: ``raylift.targets.scale_in.DrainedScaleIn``
+        drains)."""
+        return None
+
+    def start_drain(self, plan: ScaleInPlan) -> PollingTrigger | None:
+        """Ask Ray to drain ``plan``'s nodes (only where :meth:`scale_in_plan` returns plans)."""
+        raise NotImplementedError(f"the {self.name} target does not drain before a scale-in")
+
+    def finish_scale_in(self, plan: ScaleInPlan, event: Mapping[str, Any] | None = None) -> ClusterExpectation:
+        """Remove the drained members, then ``scale`` (only where :meth:`scale_in_plan` returns plans)."""
+        raise NotImplementedError(f"the {self.name} target does not drain before a scale-in; run the scale "
+                                  "step again")
+
+    def serve_dashboard(self) -> RayDashboardHook | None:
+        """The Ray dashboard Serve is reached through (replica nodes, logs), or None where there is none to read
+        (a RayService reached through Kubernetes)."""
+        return None
 
     def billed_nodes(self) -> dict[str, int]:
         """Instance type -> count of the nodes this target's Ray cluster runs now (what is billed per hour).

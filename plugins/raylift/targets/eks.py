@@ -161,6 +161,9 @@ class EksTarget(DrainedScaleIn, AwsTarget):
     def region(self) -> str:
         return self.aws.region_name or self._eks().conn_region_name
 
+    def aws_region(self) -> str | None:
+        return self.region()
+
     def _kuberay(self) -> Any:
         return self._kuberay_hook
 
