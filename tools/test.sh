@@ -3,8 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
-# The KubeRay CRDs the manifest tests validate against: found, or fetched (pinned, checksummed); else one message
-# naming RAYLIFT_KUBERAY_CRDS and a stop here (before the minutes of setup), never ~50 failures one by one
+# The KubeRay CRDs the manifest tests validate against (found, or fetched pinned and checksummed), else stop here.
 RAYLIFT_KUBERAY_CRDS=$(bash tools/kuberay_crds.sh) || exit 1
 export RAYLIFT_KUBERAY_CRDS
 bash tools/setup.sh all || exit 1
@@ -15,8 +14,7 @@ export PATH=$CONTROL_VENV/bin:$PATH
 say "running tests"
 PYTEST=("$CONTROL_VENV/bin/python" -m pytest -ra --durations=40 -p no:cacheprovider)
 
-# pytest exit code 5 is "no tests collected". With a filter that is the filter's doing; for a whole
-# part of the suite it means the suite is broken, which must not pass silently.
+# pytest's exit code 5 ("no tests collected") fails a whole part of the suite, which must not pass silently.
 verdict() {  # verdict RC WHAT
   if [ "$1" -eq 5 ]; then echo "pytest collected no tests for: $2"; return 1; fi
   return "$1"
@@ -32,26 +30,11 @@ if [ "$#" -gt 0 ]; then  # a chosen subset: one pytest run
   exit "$rc"
 fi
 
-# The whole suite in three lanes at once, each part in its own temp folder and log. Lane 1, the heavy part: the tests
-# that start vLLM engines (real Ray + vLLM stacks, one after another: they share 2 cores and must not start engines
-# together). Lane 2: the multi-worker Airflow (tests/multiworker: Postgres, Redis, Celery, two workers, two Ray
-# clusters serving the translator app, no vLLM engine) and the integration modules that start no vLLM engine
-# (Ray's token auth serves a hello app, ports 32xxx, below the ephemeral range; the translator and llama.cpp apps
-# side by side, ports 23xxx). Lane 3, in the foreground:
-# static checks, then everything that needs no cluster and mostly waits on other processes (moto, the runtime env).
-# Lanes 2 and 3 mostly wait (about 0.8 and 0.4 of a core): one after the other they took 37-44 min, side by side
-# they end by ~30. Lane 1 is serial at about one core and sets the suite's length (bench/README.md, session 21).
-# The three together keep both cores busy until lane 2 ends (~21 min), then ~1.5-1.9 until the unit tests end; lane 1
-# then runs alone at ~1 core (bench/README.md, session 25). Moving work between lanes, a higher CPU priority for
-# lane 1 (session 24: within its run-to-run spread; the starved unit tests failed timing checks) or running the
-# entry points first (session 25: 42 min 48 s against 42 min 22 s) barely changed the suite's length: less work did.
-# Session 27: the integration stacks fork their Airflow CLI from one warm Airflow (bench/harness/airflow_forkserver.py):
-# ~15 CPU-s less per `dags test`, the engine lane 40 min 16 s -> 38 min 15-46 s.
-# Each lane's log follows once the foreground lane ends.
+# The whole suite in three lanes at once, each in its own temp folder and log (lane timings: bench/README.md).
 mkdir -p var/test-tmp
+# Lane 1, in the background: the tests that start vLLM engines, one after another (engines must not start together).
 HEAVY=(tests/integration tests/entrypoints)
-# The AWS-shaped Ray clusters (tests/integration/test_aws_shaped_cluster.py: Ray + Serve with stand-in replicas, no
-# vLLM engine, ports 20500-20709) run in lane 2 too: it ends well before the engine lane, and they mostly wait on Ray.
+# Lane 2, in the background: the multi-worker Airflow and the integration modules that start no vLLM engine.
 MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/test_translator_and_llamacpp.py
                    tests/integration/test_aws_shaped_cluster.py)
 MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}")
@@ -60,6 +43,7 @@ MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}")
 heavy_pid=$!
 "${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi >var/test-tmp/multi.log 2>&1 &
 multi_pid=$!
+# Lane 3, in the foreground: the static checks, then every other test; then each background lane's log follows.
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
 static_rc=0
 "$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
