@@ -139,7 +139,7 @@ def sequences(rows: list[dict[str, Any]], limit: float) -> dict[str, Any]:
 def match_request_sigma(machine: dict[str, Any], real_e2e_sd: float) -> float:
     """The per-request sigma (of TTFT and of TPOT, as the simulation draws them) whose e2e has the real runs'
     within-round log spread: the TPOT of few-token answers spreads far more than their e2e."""
-    from raylift.bench.profiles import generate_requests, get_profile
+    from raylift.measure.profiles import generate_requests, get_profile
 
     n = np.asarray([s.output_tokens for s in generate_requests(get_profile("smoke"), 2000, seed_offset=1)], float)
     rng = np.random.default_rng(45)

@@ -6,9 +6,9 @@ Issue 26's targets: an unchanged candidate falsely rejected in <= 2 %; a 10 %, 2
 **The model.** Every benchmark's per-request samples are drawn from the stub server's own latency model
 (``bench/stub_server.py --ttft-ms 20 --itl-ms 3 --jitter 0.3``: each request's TTFT and ITL times its own
 lognormal factor, sigma 0.3), for the very requests the benchmark sends (the ``smoke`` profile's seeded output
-lengths, ``raylift.bench.profiles.generate_requests``) in its rounds (``raylift.bench.runner.rounds_for``:
+lengths, ``raylift.measure.profiles.generate_requests``) in its rounds (``raylift.measure.runner.rounds_for``:
 8 rounds of 8 at concurrency 1 and 4, the levels taking turns), shaped as ``levels[*].samples`` with
-``round_sizes``, so :func:`raylift.release.gates.assess` / :func:`raylift.bench.judgement.judge` and
+``round_sizes``, so :func:`raylift.release.gates.assess` / :func:`raylift.measure.judgement.judge` and
 :func:`raylift.release.decide` judge them as they judge real results. On top:
 
 - a **round effect**: every request of a round times one lognormal factor (sigma 0.05), the machine's state
@@ -41,7 +41,7 @@ not clear (``raylift.release.confirmation_requests``: between +3 % and +25 %) is
 replicas at 4x the requests, and that measurement alone decides; ``confirmed_share`` is its cost.
 
 ``--validate`` also runs a few trials of the new process over real HTTP against two real stub servers
-(``raylift.bench.runner.run_side_by_side``) and compares their verdicts with the virtual ones.
+(``raylift.measure.runner.run_side_by_side``) and compares their verdicts with the virtual ones.
 
     PYTHONPATH=plugins .cache/venvs/control/bin/python bench/gate_error_rates.py [--trials 400] [--validate 5]
 """
@@ -69,9 +69,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT))
 
-from raylift.bench.profiles import generate_requests, get_profile  # noqa: E402
-from raylift.bench.runner import _split, rounds_for  # noqa: E402
 from raylift.config import REGRESSION_MIN_REQUESTS  # noqa: E402
+from raylift.measure.profiles import generate_requests, get_profile  # noqa: E402
+from raylift.measure.runner import _split, rounds_for  # noqa: E402
 from raylift.release.decision import (  # noqa: E402
     CONFIRM_FACTOR,
     HOLD,
@@ -408,7 +408,7 @@ def validate(m: Machine, gate: Gate, trials: int, budget_s: float) -> dict[str, 
     from contextlib import ExitStack
 
     from bench.stub_server import running_stub
-    from raylift.bench.runner import Arm, run_side_by_side
+    from raylift.measure.runner import Arm, run_side_by_side
 
     t0 = time.monotonic()
     out: dict[str, Any] = {}

@@ -3,7 +3,7 @@
 Deploys the tiny model on the real local stack (``raylift_deploy`` through ``airflow dags test``, as the
 integration suite does), optionally starts the suite's background load, then benchmarks the unchanged
 endpoint ``--runs`` times back to back with the deploy DAG's profile (chat, stream, ``smoke``, levels
-[1, 4]). Every ordered pair of runs is judged with :func:`raylift.bench.judgement.judge` at the default
+[1, 4]). Every ordered pair of runs is judged with :func:`raylift.measure.judgement.judge` at the default
 confidence and tolerance, once with runs next to each other (the same window) and once across the whole
 series. Nothing changed between the runs, so every "regressed" is a false rollback.
 
@@ -35,7 +35,7 @@ MODEL = "tiny-noise"
 
 
 def pair_verdicts(results: list[dict[str, Any]], pairs: list[tuple[int, int]], **params: Any) -> dict[str, Any]:
-    from raylift.bench.judgement import judge
+    from raylift.measure.judgement import judge
 
     verdicts: list[dict[str, Any]] = []
     for base, new in pairs:
@@ -55,8 +55,8 @@ def main() -> int:
     ap.add_argument("--out", default="gate_noise")
     args = ap.parse_args()
 
-    from raylift.bench.runner import run_benchmark
     from raylift.config import DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE, REGRESSION_MIN_REQUESTS
+    from raylift.measure.runner import run_benchmark
 
     params = {"confidence": DEFAULT_REGRESSION_CONFIDENCE, "tolerance": DEFAULT_MAX_REGRESSION,
               "min_requests": REGRESSION_MIN_REQUESTS}

@@ -3,7 +3,7 @@
 One local Ray cluster serves the tiny model (``raylift_deploy`` through ``airflow dags test``, the product's
 first deploy); a client sends one chat request every 2 s to the serving app the whole time. Then, per release,
 the canary path's own steps (``raylift.release.canary.plan_canary`` / ``with_canary`` / ``without_canary``, Serve's
-REST API, ``raylift.bench.runner.run_side_by_side`` with the DAG's default benchmark Params,
+REST API, ``raylift.measure.runner.run_side_by_side`` with the DAG's default benchmark Params,
 ``raylift.release.gates.assess``, ``raylift.release.decide``) with one arm more:
 
 - ``candidate``: the release as the canary app (1 fresh replica, no user traffic);
@@ -142,8 +142,8 @@ def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def release(target: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
-    from raylift.bench.runner import Arm, run_side_by_side
     from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
+    from raylift.measure.runner import Arm, run_side_by_side
     from raylift.release.canary import fresh_baseline_app, plan_canary, with_canary, without_canary
     from raylift.release.decision import CONFIRM_FACTOR
     from raylift.serve.config import app_by_name, merge_app

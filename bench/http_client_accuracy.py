@@ -1,4 +1,4 @@
-"""raylift's own HTTP/1.1 client (raylift.bench.http1) against aiohttp, inside the same load generator.
+"""raylift's own HTTP/1.1 client (raylift.measure.http1) against aiohttp, inside the same load generator.
 
 Why this exists: ``http1.py`` is 500 lines that a library could replace. It was measured against httpx only;
 this measures it against aiohttp, on the stub server that reports the delays it really produced (``GET /stats``:
@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from bench.stub_server import running_stub  # noqa: E402
-from raylift.bench.loadgen import LoadGenerator  # noqa: E402
-from raylift.bench.metrics import distribution  # noqa: E402
-from raylift.bench.profiles import RequestProfile, generate_requests  # noqa: E402
+from raylift.measure.loadgen import LoadGenerator  # noqa: E402
+from raylift.measure.metrics import distribution  # noqa: E402
+from raylift.measure.profiles import RequestProfile, generate_requests  # noqa: E402
 
 INJECTED = {"ttft_ms": 200.0, "itl_ms": 40.0}
 OUTPUT_TOKENS = 24

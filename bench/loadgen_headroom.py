@@ -62,7 +62,7 @@ def run_raylift(url: str, concurrency: int, requests: int, workdir: Path) -> dic
     out = workdir / "raylift.json"
     profile = json.dumps({"name": "headroom", "mean_input_tokens": PROMPT_TOKENS,
                           "mean_output_tokens": OUTPUT_TOKENS})
-    wall, cpu = timed([sys.executable, "-m", "raylift.bench", "--url", url, "--model", "stub",
+    wall, cpu = timed([sys.executable, "-m", "raylift.measure", "--url", url, "--model", "stub",
                        "--profile", profile, "--concurrency", str(concurrency), "--requests", str(requests),
                        "--max-seconds", "240", "--out", str(out)], timeout=300)
     level = json.loads(out.read_text())["levels"][0]

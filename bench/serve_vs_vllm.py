@@ -120,7 +120,7 @@ def _deploy(target: object, model: Path, name: str, *, app_args: dict, env_vars:
 
 def measure(url: str, name: str, profile: dict, args: argparse.Namespace, stream: bool,
             plain: dict[int, str]) -> tuple[dict, dict[str, float], dict[str, list[int]]]:
-    from raylift.bench.runner import run_benchmark
+    from raylift.measure.runner import run_benchmark
 
     before = snapshot(plain=plain)
     res = run_benchmark(url, name, profile=profile, concurrency=[args.concurrency],

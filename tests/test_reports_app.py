@@ -14,8 +14,8 @@ from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_
 from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 from fastapi import FastAPI
 
-from raylift.bench.report import report_url, write_report
 from raylift.config import REPORTS_URL_PREFIX
+from raylift.measure.report import report_url, write_report
 from raylift.operators.benchmark import BenchmarkReportLink
 from raylift.release.state import run_key
 from tests.bench.test_cost_gates_report import _level, _result

@@ -264,7 +264,7 @@ DRAIN_TIMEOUT_S = 600.0
 # (p99 of 8 requests is just the slowest one: one noisy request then rolled back healthy redeploys).
 REGRESSION_MIN_REQUESTS = 8
 DEFAULT_MAX_REGRESSION = 0.10
-# The statistical regression judgement (raylift.bench.judgement; numbers in docs/benchmark-metrics.md):
+# The statistical regression judgement (raylift.measure.judgement; numbers in docs/benchmark-metrics.md):
 # the confidence of each metric's interval, and whether "inconclusive" fails the gate by default.
 DEFAULT_REGRESSION_CONFIDENCE = 0.95
 # Requests per concurrency level (per replica of the candidate): 128, for the canary process's error rates

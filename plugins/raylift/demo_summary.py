@@ -30,7 +30,7 @@ def report_location(run_folder: str) -> str | None:
     without the plugin answers 404."""
     import httpx
 
-    from raylift.bench.report import report_url
+    from raylift.measure.report import report_url
 
     url = report_url(run_folder, api_base_url())
     try:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     body = json.dumps({"model": served, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16})
     print(f"try:       curl -s {endpoint}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")
     if bench:
-        from raylift.bench.runner import format_table
+        from raylift.measure.runner import format_table
 
         print("\nbenchmark:")
         print(format_table(bench))

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from raylift.bench.cost import compare_runs, cost_per_million_tokens, cost_summary, hourly_cost, load_prices
-from raylift.bench.report import write_report
-from raylift.bench.runner import format_table
 from raylift.errors import BenchmarkError, RayliftValueError
+from raylift.measure.cost import compare_runs, cost_per_million_tokens, cost_summary, hourly_cost, load_prices
+from raylift.measure.report import write_report
+from raylift.measure.runner import format_table
 from raylift.release.gates import evaluate, tail_percentile
 
 

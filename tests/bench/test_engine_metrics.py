@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
-from raylift.bench.engine_metrics import EngineMonitor, counter_increase, parse_sample
 from raylift.errors import EndpointNotAllowedError
+from raylift.measure.engine_metrics import EngineMonitor, counter_increase, parse_sample
 
 LABELS = ["model_name", "engine"]
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from raylift.bench.http1 import Http1Client, ProtocolViolation, _ChunkedDecoder
-from raylift.bench.loadgen import LoadGenerator
-from raylift.bench.profiles import RequestProfile, generate_requests
+from raylift.measure.http1 import Http1Client, ProtocolViolation, _ChunkedDecoder
+from raylift.measure.loadgen import LoadGenerator
+from raylift.measure.profiles import RequestProfile, generate_requests
 
 Stub = Callable[..., str]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from raylift.bench.judgement import format_judgement, judge, judge_errors, judge_metric
 from raylift.errors import RayliftValueError
+from raylift.measure.judgement import format_judgement, judge, judge_errors, judge_metric
 from raylift.release.gates import assess, evaluate, merged_slos
 
 
@@ -256,7 +256,7 @@ def test_rounds_carry_the_drift_that_requests_compared_one_by_one_hide() -> None
 
 
 def test_rounds_fall_back_to_requests_when_too_few_or_inconsistent() -> None:
-    from raylift.bench.judgement import by_round
+    from raylift.measure.judgement import by_round
 
     assert by_round([1.0] * 10, [2] * 5) == [1.0] * 5
     assert by_round([1.0] * 10, [2] * 4) is None  # sizes do not add up: not rounds of these values

@@ -13,8 +13,8 @@ import random
 import numpy as np
 import pytest
 
-from raylift.bench.llmperf_summary import format_llmperf, llmperf_file, metrics_summary, request_metrics
-from raylift.bench.metrics import RequestRecord
+from raylift.measure.llmperf_summary import format_llmperf, llmperf_file, metrics_summary, request_metrics
+from raylift.measure.metrics import RequestRecord
 
 # llmperf: for each of these, {"quantiles": {p25..p99}, "mean", "min", "max", "stddev"}
 LLMPERF_METRICS = ["inter_token_latency_s", "ttft_s", "end_to_end_latency_s",

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from raylift.bench.loadgen import LoadGenerator, RunOutcome, check_endpoint
-from raylift.bench.metrics import distribution
-from raylift.bench.profiles import RequestProfile, generate_requests
 from raylift.errors import EndpointNotAllowedError
+from raylift.measure.loadgen import LoadGenerator, RunOutcome, check_endpoint
+from raylift.measure.metrics import distribution
+from raylift.measure.profiles import RequestProfile, generate_requests
 from tests.bench.priority import raised_priority
 
 Stub = Callable[..., str]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raylift.bench.metrics import RequestRecord, distribution, percentile, summarize, wall_time_s
+from raylift.measure.metrics import RequestRecord, distribution, percentile, summarize, wall_time_s
 
 MS = 1_000_000  # ns per ms
 
@@ -61,8 +61,8 @@ def test_summarize_counts_errors_and_excludes_them_from_latency() -> None:
 
 
 def test_goodput_counts_the_requests_within_every_limit() -> None:
-    from raylift.bench.metrics import goodput, goodput_slos, samples
     from raylift.errors import RayliftValueError
+    from raylift.measure.metrics import goodput, goodput_slos, samples
 
     # TTFT 100/200/300 ms; TPOT (e2e - TTFT)/(tokens - 1): 15, 15, 65; one error
     records = [_record(100, [10], 2), _record(200, [10], 2), _record(300, [60], 2),

@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 
 from bench.harness.local_stack import ROOT
-from raylift.bench.runner import run_benchmark
+from raylift.measure.runner import run_benchmark
 from tests.bench.priority import raise_priority, raised_priority
 from tests.serve_apps.models import RUNTIME_PYTHON
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from raylift.bench.profiles import RequestSpec, generate_requests, get_profile
-from raylift.bench.prompt_sizing import endpoint_tokenizer, size_prompt, size_prompts
+from raylift.measure.profiles import RequestSpec, generate_requests, get_profile
+from raylift.measure.prompt_sizing import endpoint_tokenizer, size_prompt, size_prompts
 
 MERGES = (b"the ", b"th", b"he")
 
@@ -109,7 +109,7 @@ def test_an_endpoint_without_tokenize_keeps_word_prompts() -> None:
 def test_prompts_are_sized_several_at_a_time_in_order() -> None:
     """Each prompt is three or more round trips; they overlap, at most ``SIZING_CONCURRENCY`` at once, and the result
     is what sizing one at a time gives, in the same order."""
-    from raylift.bench.prompt_sizing import SIZING_CONCURRENCY
+    from raylift.measure.prompt_sizing import SIZING_CONCURRENCY
 
     specs = [RequestSpec(accented(s.prompt), 64, s.output_tokens)
              for s in generate_requests(get_profile("smoke"), 3 * SIZING_CONCURRENCY, seed_offset=5)]

@@ -31,14 +31,14 @@ from typing import Any
 from scipy import stats
 
 from bench.stub_server import running_stub
-from raylift.bench.judgement import judge
-from raylift.bench.runner import arun_benchmark, run_benchmark
 from raylift.config import (
     DEFAULT_MAX_REGRESSION,
     DEFAULT_REGRESSION_CONFIDENCE,
     DEFAULT_REQUESTS_PER_LEVEL,
     REGRESSION_MIN_REQUESTS,
 )
+from raylift.measure.judgement import judge
+from raylift.measure.runner import arun_benchmark, run_benchmark
 from raylift.release.gates import assess
 from tests.bench.priority import raised_priority
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from raylift.bench.judgement import judge
-from raylift.bench.metrics import percentile
-from raylift.bench.report import write_report, write_run_report
-from raylift.bench.runner import Arm, run_side_by_side
+from raylift.measure.judgement import judge
+from raylift.measure.metrics import percentile
+from raylift.measure.report import write_report, write_run_report
+from raylift.measure.runner import Arm, run_side_by_side
 from raylift.store import LocalStore
 
 

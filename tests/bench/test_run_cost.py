@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from bench.harness.local_stack import ROOT
-from raylift.bench.cost import format_cost, run_cost
-from raylift.bench.report import cost_html, write_report
 from raylift.errors import BenchmarkError
+from raylift.measure.cost import format_cost, run_cost
+from raylift.measure.report import cost_html, write_report
 from tests.bench.test_cost_gates_report import _level, _result
 from tests.fixtures.browser import headless_chromium
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from raylift.bench.runner import format_table, run_benchmark
 from raylift.errors import EndpointNotAllowedError, RayliftValueError
+from raylift.measure.runner import format_table, run_benchmark
 from tests.bench.priority import raised_priority
 
 
@@ -45,7 +45,7 @@ def test_run_benchmark_refuses_remote_and_bad_levels() -> None:
 def test_cli_writes_json(stub: Callable[..., str], tmp_path: Path) -> None:
     url = stub()
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "raylift.bench", "--url", url, "--model", "stub",
+    proc = subprocess.run([sys.executable, "-m", "raylift.measure", "--url", url, "--model", "stub",
                            "--concurrency", "2", "--requests", "4", "--out", str(out)],
                           capture_output=True, text=True, timeout=60, check=True)
     assert "out tok/s" in proc.stdout
@@ -53,7 +53,7 @@ def test_cli_writes_json(stub: Callable[..., str], tmp_path: Path) -> None:
 
 
 def test_levels_go_out_in_rounds_that_take_turns(stub: Callable[..., str]) -> None:
-    from raylift.bench.runner import rounds_for
+    from raylift.measure.runner import rounds_for
 
     # each round holds at least two waves of its level's concurrency, at most BENCHMARK_ROUNDS rounds
     assert [rounds_for(64, c) for c in (1, 4, 8, 32, 64)] == [8, 8, 4, 1, 1]
@@ -91,7 +91,7 @@ def test_warm_up_requests_go_out_untimed_and_each_level_has_llmperfs_summary(stu
 
 def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: Callable[..., str],
                                                                           tmp_path: Path) -> None:
-    from raylift.bench.report import write_report
+    from raylift.measure.report import write_report
     from raylift.release.gates import level_breach
 
     # a server that generates 2 streams at once, the rest wait; delays long against a busy machine's stalls

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from raylift.bench import runner
-from raylift.bench.loadgen import LoadGenerator, RunOutcome
-from raylift.bench.profiles import RequestSpec, generate_requests, get_profile
-from raylift.bench.runner import Arm, run_benchmark, run_side_by_side
 from raylift.errors import EndpointNotAllowedError, RayliftValueError
+from raylift.measure import runner
+from raylift.measure.loadgen import LoadGenerator, RunOutcome
+from raylift.measure.profiles import RequestSpec, generate_requests, get_profile
+from raylift.measure.runner import Arm, run_benchmark, run_side_by_side
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:

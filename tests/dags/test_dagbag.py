@@ -22,7 +22,7 @@ DAG_IDS = {"raylift_deploy", "raylift_redeploy", "raylift_stage_model", "raylift
 # at DAG files' top level too.
 HEAVY = ("boto3", "botocore", "kubernetes", "ray", "vllm", "torch", "httpx", "aiohttp", "scipy", "numpy",
          "jsonschema", "raylift.targets.local", "raylift.targets.ecs", "raylift.targets.eks",
-         "raylift.targets.ray_cluster", "raylift.targets.aws", "raylift.hooks", "raylift.bench")  # fmt: skip
+         "raylift.targets.ray_cluster", "raylift.targets.aws", "raylift.hooks", "raylift.measure")  # fmt: skip
 PARSE_BOUND_S = 2.0  # per file; measured 0.003-0.2 s here (the first file pays for the shared imports)
 
 PARSE = """

@@ -200,9 +200,9 @@ print(json.dumps([len(tok.encode(t, add_special_tokens=False)) for t in json.loa
 
 
 def test_benchmark_prompts_have_the_requested_length_in_the_served_tokenizer(stack: LocalStack) -> None:
-    from raylift.bench.loadgen import LoadGenerator
-    from raylift.bench.profiles import generate_requests, get_profile
-    from raylift.bench.prompt_sizing import endpoint_tokenizer, size_prompts
+    from raylift.measure.loadgen import LoadGenerator
+    from raylift.measure.profiles import generate_requests, get_profile
+    from raylift.measure.prompt_sizing import endpoint_tokenizer, size_prompts
 
     async def sized() -> list[Any]:
         async with LoadGenerator(stack.serve_url, MODEL) as gen:
@@ -228,7 +228,7 @@ def test_benchmark_prompts_have_the_requested_length_in_the_served_tokenizer(sta
 
 
 def test_a_sweep_on_the_tiny_model_stops_where_its_rule_says_and_names_its_knee(stack: LocalStack) -> None:
-    from raylift.bench.runner import run_benchmark
+    from raylift.measure.runner import run_benchmark
 
     result = run_benchmark(stack.serve_url, MODEL, sweep={"max_concurrency": 64}, requests_per_level=16,
                            max_seconds_per_level=60)

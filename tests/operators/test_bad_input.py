@@ -87,7 +87,7 @@ def test_good_params_validate() -> None:
 def test_the_inferentia2_llmperf_run_is_one_trigger_away() -> None:
     """Seed 004's llmperf run (Llama-2-13B on inf2, TP 8): its served name holds '/', 3072 ± 200 tokens in,
     512 ± 20 out, concurrency 22, 176 requests, a 1800 s timeout."""
-    from raylift.bench.profiles import get_profile
+    from raylift.measure.profiles import get_profile
 
     validate({"served_name": "meta-llama/Llama-2-13b-chat-hf", "benchmark_profile": "llmperf-inf2",
               "concurrency": [22], "requests_per_level": 176, "max_seconds_per_level": 1800})

@@ -97,8 +97,8 @@ def test_an_unreadable_dashboard_leaves_a_note_and_the_deploy_stands(
 
 def test_record_summary_and_report_show_the_phases(dashboard: list[str], tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from raylift.bench.report import cold_start_html
     from raylift.demo_summary import print_cold_start
+    from raylift.measure.report import cold_start_html
     from raylift.run_record import build_record
 
     steps = {"read_and_fit_check_s": 0.9, "engine_args_check_s": 10.2, "serve_write_s": 0.1, "serve_to_running_s": 48.5}

@@ -30,8 +30,8 @@ class ReleaseApprovalOperator(ApprovalOperator):
         super().__init__(**kwargs)
 
     def execute(self, context: Any) -> Any:
-        from raylift.bench.judgement import format_judgement
         from raylift.config import APPROVAL_DEFAULT
+        from raylift.measure.judgement import format_judgement
         from raylift.operators.gate import approval_timeout_s
 
         params = context.get("params") or {}

@@ -29,7 +29,7 @@ class BenchmarkReportLink(BaseOperatorLink):
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         from airflow.configuration import conf
 
-        from raylift.bench.report import report_url
+        from raylift.measure.report import report_url
         from raylift.release.state import run_key
 
         base = conf.get("api", "base_url", fallback="") or ""
@@ -39,7 +39,7 @@ class BenchmarkReportLink(BaseOperatorLink):
 class BenchmarkOperator(TargetOperator):
     """The release's measurement step, and only that: benchmark the candidate (rounds per concurrency level)
     and, in a canary release, the serving app beside it in the same rounds (same prompts, same load per
-    replica: ``raylift.bench.runner.run_side_by_side``). Results go to the run's store folder
+    replica: ``raylift.measure.runner.run_side_by_side``). Results go to the run's store folder
     (``benchmark.json``: the candidate; ``baseline.json``: the serving app measured with it); the ``gate`` step
     judges them and decides.
 
@@ -97,7 +97,7 @@ class BenchmarkOperator(TargetOperator):
     def _cost(self, result: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
         """What the cluster the target runs costs per hour, and per 10⁶ output tokens at each level. Never
         blocks the gates: a target that cannot tell, or a node type without a price, gives the reason."""
-        from raylift.bench.cost import DEFAULT_REGION, run_cost
+        from raylift.measure.cost import DEFAULT_REGION, run_cost
 
         region = options.get("region") or DEFAULT_REGION
         try:
@@ -108,10 +108,10 @@ class BenchmarkOperator(TargetOperator):
             return {"error": f"{type(exc).__name__}: {exc}", "region": region}
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from raylift.bench.cost import format_cost
-        from raylift.bench.llmperf_summary import format_llmperf, llmperf_files
-        from raylift.bench.runner import Arm, format_table, run_benchmark, run_side_by_side
-        from raylift.bench.sweep import SweepSpec
+        from raylift.measure.cost import format_cost
+        from raylift.measure.llmperf_summary import format_llmperf, llmperf_files
+        from raylift.measure.runner import Arm, format_table, run_benchmark, run_side_by_side
+        from raylift.measure.sweep import SweepSpec
         from raylift.release.gates import level_breach, merged_slos
         from raylift.release.state import run_file
         from raylift.serve.config import APP_KINDS

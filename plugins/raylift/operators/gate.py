@@ -165,7 +165,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         return evidence, result, baseline if canary else None, violations, unchanged
 
     def choose_branch(self, context: Any) -> str:
-        from raylift.bench.judgement import format_judgement
+        from raylift.measure.judgement import format_judgement
         from raylift.release.decision import HOLD, PROMOTE, decide
         from raylift.release.state import run_file
 
@@ -225,7 +225,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     def _report(self, state: Any, run_id: str, result: dict[str, Any], baseline: dict[str, Any] | None,
                 evidence: Any, record: dict[str, Any]) -> None:
         """The run's report, with the comparison; a plotting failure never blocks the decision."""
-        from raylift.bench.report import cost_peers, run_history, stored_results, write_run_report
+        from raylift.measure.report import cost_peers, run_history, stored_results, write_run_report
         from raylift.release.state import run_key
 
         if result.get("skipped"):

@@ -62,7 +62,7 @@ ACTIONS = (PROMOTE, ROLL_BACK, HOLD)
 ON_INCONCLUSIVE = ("hold", "pass", "fail")
 APPROVALS = ("approve", "reject")
 
-# The judgement's verdicts (raylift.bench.judgement) and the decision's own
+# The judgement's verdicts (raylift.measure.judgement) and the decision's own
 PASS, REGRESSED, INCONCLUSIVE, FAILED, NEW_BASELINE = "pass", "regressed", "inconclusive", "failed", "new baseline"
 SMOKE_FAILED, SLO_VIOLATED, CUMULATIVE_REGRESSION = "smoke failed", "slo violated", "cumulative regression"
 NOT_JUDGED = "not judged"

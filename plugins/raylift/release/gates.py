@@ -15,7 +15,7 @@ A level where no request succeeded (every one errored, or was cut off by ``max_s
 violates the gate whatever SLOs are set: there is nothing to hold to a limit, and a p99 of nothing must
 not pass.
 
-Regression: the statistical judgement of :mod:`raylift.bench.judgement` against the last good run's
+Regression: the statistical judgement of :mod:`raylift.measure.judgement` against the last good run's
 per-request samples. A metric judged "regressed" is a violation (kind ``"regression"``); "inconclusive"
 is one only when ``strict``. A metric judged "failed" (the evidence is missing: a level without a
 successful request, fewer than ``min_requests`` samples, no level in common with the baseline) is a
@@ -31,7 +31,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from raylift.bench.judgement import (
+from raylift.config import (
+    DEFAULT_MAX_REGRESSION,
+    DEFAULT_REGRESSION_CONFIDENCE,
+    DEFAULT_SLOS,
+    REGRESSION_MIN_REQUESTS,
+)
+from raylift.errors import RayliftValueError
+from raylift.measure.judgement import (
     FAILED,
     INCONCLUSIVE,
     REGRESSED,
@@ -41,13 +48,6 @@ from raylift.bench.judgement import (
     judge,
     no_success_cause,
 )
-from raylift.config import (
-    DEFAULT_MAX_REGRESSION,
-    DEFAULT_REGRESSION_CONFIDENCE,
-    DEFAULT_SLOS,
-    REGRESSION_MIN_REQUESTS,
-)
-from raylift.errors import RayliftValueError
 
 SLO_KEYS = ("max_ttft_p99_ms", "min_output_tokens_per_s", "max_error_rate")
 

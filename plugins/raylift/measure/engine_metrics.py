@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from raylift.bench.http1 import Http1Client, HttpError
-from raylift.bench.loadgen import check_endpoint
+from raylift.measure.http1 import Http1Client, HttpError
+from raylift.measure.loadgen import check_endpoint
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 All times are :func:`time.perf_counter_ns` values on the client, from just before the request's bytes
 are handed to the socket until the read that brought the chunk in question arrived (the kernel's
-receive time on plain TCP; see :mod:`raylift.bench.http1`).
+receive time on plain TCP; see :mod:`raylift.measure.http1`).
 
 - **TTFT**: start → first chunk that carries content (text or delta content). Role-only and empty
   chunks do not count. For a non-streamed request it equals the end-to-end latency.
@@ -13,7 +13,7 @@ receive time on plain TCP; see :mod:`raylift.bench.http1`).
 - **e2e**: start → end of the response body.
 - **Input tokens**: ``input_tokens`` is the server's ``usage.prompt_tokens`` (a chat template included);
   ``requested_input_tokens`` the profile's targets; ``sized_input_tokens`` the served tokenizer's count
-  of the prompts sent (None for word prompts; see :mod:`raylift.bench.prompt_sizing`).
+  of the prompts sent (None for word prompts; see :mod:`raylift.measure.prompt_sizing`).
 - **Output tokens**: the server's ``usage.completion_tokens``, else a tokenizer callback on the
   text, else the number of content chunks (see :class:`RequestRecord.token_source`).
 - Per-request output tokens/s: ``output_tokens / e2e`` (llmperf's request_output_throughput).
@@ -158,7 +158,7 @@ def samples(records: Sequence[RequestRecord], *, rounds: Sequence[Sequence[Reque
             ) -> dict[str, Any]:
     """Each successful request's TTFT, TPOT, e2e and output tokens/s (request order, 4 significant
     digits), and the counts of successes and errors: what the regression judgement compares
-    (:mod:`raylift.bench.judgement`) — a single number per level cannot tell noise from a change.
+    (:mod:`raylift.measure.judgement`) — a single number per level cannot tell noise from a change.
 
     With ``rounds`` (the same records, grouped by the round that sent them, in order), the lists are in
     round order and ``round_sizes`` gives each metric's count per round, so the judgement can take one

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from raylift.bench.profiles import RequestSpec
+from raylift.measure.profiles import RequestSpec
 
 log = logging.getLogger(__name__)
 

@@ -71,7 +71,7 @@ class RequestProfile:
 class RequestSpec:
     """One request to send: the prompt, its target input length and the exact output length asked for;
     ``prompt_tokens`` is the served tokenizer's count of the prompt once sized by it
-    (:mod:`raylift.bench.prompt_sizing`), None for word prompts."""
+    (:mod:`raylift.measure.prompt_sizing`), None for word prompts."""
 
     prompt: str
     input_tokens: int

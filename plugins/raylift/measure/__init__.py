@@ -1,6 +1,6 @@
 """Benchmarking an OpenAI-compatible endpoint: load generator, metrics, cost, SLO gates and reports.
 
 Only the standard library is imported by these modules (the load generator has its own HTTP/1.1
-client, :mod:`raylift.bench.http1`); matplotlib is imported lazily
-by :mod:`raylift.bench.report`, so DAG files may import anything here.
+client, :mod:`raylift.measure.http1`); matplotlib is imported lazily
+by :mod:`raylift.measure.report`, so DAG files may import anything here.
 """

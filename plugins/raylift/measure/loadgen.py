@@ -1,6 +1,6 @@
 """An asyncio load generator for OpenAI-compatible endpoints (``/v1/completions``, ``/v1/chat/completions``).
 
-Requests go over :class:`~raylift.bench.http1.Http1Client`, one kept-alive connection per request in
+Requests go over :class:`~raylift.measure.http1.Http1Client`, one kept-alive connection per request in
 flight, opened before a timed run starts. A request's clock starts when its bytes reach the socket;
 every read is timestamped on arrival, before it is parsed; only the ``data:`` lines are decoded, and
 JSON only where usage or an error may be. So the client's own cost stays out of TTFT and ITL even
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from raylift.bench.http1 import Http1Client, HttpError
-from raylift.bench.metrics import RequestRecord, summarize
-from raylift.bench.profiles import RequestProfile, RequestSpec, generate_requests
 from raylift.errors import EndpointNotAllowedError, RayliftValueError
+from raylift.measure.http1 import Http1Client, HttpError
+from raylift.measure.metrics import RequestRecord, summarize
+from raylift.measure.profiles import RequestProfile, RequestSpec, generate_requests
 
 # how long requests cut off at a level's time bound get to finish being cancelled
 CANCEL_GRACE_S = 10.0
@@ -455,10 +455,10 @@ class LoadGenerator:
         """Raise concurrency (×``factor``) until throughput gains less than ``min_gain`` over the level
         before, the error rate exceeds ``max_error_rate``, or ``max_concurrency`` is reached.
 
-        ``requests_per_level`` defaults to ``max(16, 4 × concurrency)`` (:func:`raylift.bench.sweep.level_requests`). Returns the levels, why the
+        ``requests_per_level`` defaults to ``max(16, 4 × concurrency)`` (:func:`raylift.measure.sweep.level_requests`). Returns the levels, why the
         sweep stopped, and the concurrency with the highest throughput within the error bound.
         """
-        from raylift.bench.sweep import SweepSpec, level_requests, stop_reason, verdict
+        from raylift.measure.sweep import SweepSpec, level_requests, stop_reason, verdict
 
         spec = SweepSpec(start=start, factor=factor, max_concurrency=max_concurrency, min_gain=min_gain)
 

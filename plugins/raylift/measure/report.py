@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from raylift.bench.metrics import SAMPLE_METRICS, STAT_KEYS, percentile
-from raylift.bench.runner import format_table
+from raylift.measure.metrics import SAMPLE_METRICS, STAT_KEYS, percentile
+from raylift.measure.runner import format_table
 
 if TYPE_CHECKING:
     from raylift.store import ObjectStore
@@ -350,7 +350,7 @@ def comparison_html(result: Mapping[str, Any], comparison: Mapping[str, Any] | N
         out.append("<h2>Release decision</h2>")
     out.append(release_html(comparison.get("release")))
     if judgement:
-        from raylift.bench.judgement import format_judgement
+        from raylift.measure.judgement import format_judgement
 
         try:
             table = format_judgement(judgement)
@@ -410,9 +410,9 @@ def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *,
     judgement = ""
     side_by_side = bool(comparison and comparison.get("baseline"))
     if result.get("judgement") and not (side_by_side and comparison and comparison.get("judgement")):
-        # the regression gate's verdict per metric and level (raylift.bench.judgement); a canary's is in its
+        # the regression gate's verdict per metric and level (raylift.measure.judgement); a canary's is in its
         # comparison section
-        from raylift.bench.judgement import format_judgement
+        from raylift.measure.judgement import format_judgement
 
         judgement = (f'<h2>Against the last good run: {html.escape(str(result["judgement"]["verdict"]))}</h2>\n'
                      f"<pre>{html.escape(format_judgement(result['judgement']))}</pre>")

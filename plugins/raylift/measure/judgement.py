@@ -3,7 +3,7 @@
 A Kayenta-style canary judgement instead of one number per level under a fixed tolerance (which on a
 busy machine mostly measured noise: 8 of 11 back-to-back pairs of an unchanged endpoint "regressed").
 For each concurrency level both runs have, and each per-request metric (TTFT, TPOT, e2e, output
-tokens/s; :data:`raylift.bench.metrics.SAMPLE_METRICS`):
+tokens/s; :data:`raylift.measure.metrics.SAMPLE_METRICS`):
 
 - the change is the **Hodges–Lehmann** estimate of the shift between the two samples (the median of
   all pairwise ``new - baseline`` differences), relative to the baseline's median: ``+30 %`` = 30 % above
@@ -25,7 +25,7 @@ The absolute ``max_error_rate`` SLO (default 0) is the promise; this only says w
 **Rounds.** Requests measured together are not independent on a real machine: they share a run-level
 state (on this box the between-run SD of a level's median was 2.5-4x what its requests' spread implies,
 so an unchanged endpoint was judged regressed in 4 of 9 back-to-back pairs; bench/gate_noise.py). The
-benchmark sends each level in rounds spread over the run (:func:`raylift.bench.runner.rounds_for`);
+benchmark sends each level in rounds spread over the run (:func:`raylift.measure.runner.rounds_for`);
 when both runs have at least :data:`MIN_ROUNDS` rounds of a metric, the observations compared are the
 rounds' medians, so the interval carries the variation between rounds, not just between requests.
 Otherwise (old baselines, levels too small to split) the requests themselves are compared.
@@ -55,8 +55,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raylift.bench.metrics import SAMPLE_METRICS
 from raylift.errors import RayliftValueError
+from raylift.measure.metrics import SAMPLE_METRICS
 
 # Metrics where a smaller value is worse (everything else: larger is worse).
 LOWER_IS_WORSE = frozenset({"output_tokens_per_s"})

@@ -11,16 +11,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from raylift.bench.engine_metrics import EngineMonitor
-from raylift.bench.llmperf_summary import metrics_summary
-from raylift.bench.loadgen import LoadGenerator, RunOutcome
-from raylift.bench.metrics import goodput_slos, samples, summarize
-from raylift.bench.profiles import RequestProfile, RequestSpec, generate_requests, get_profile
-from raylift.bench.prompt_sizing import TOKENIZER, WORDS, EndpointTokenizer, endpoint_tokenizer, size_prompts
-from raylift.bench.sweep import Breach, SweepSpec, level_requests, stop_reason
-from raylift.bench.sweep import verdict as sweep_verdict
 from raylift.config import BENCHMARK_ROUND_WAVES, BENCHMARK_ROUNDS
 from raylift.errors import RayliftValueError
+from raylift.measure.engine_metrics import EngineMonitor
+from raylift.measure.llmperf_summary import metrics_summary
+from raylift.measure.loadgen import LoadGenerator, RunOutcome
+from raylift.measure.metrics import goodput_slos, samples, summarize
+from raylift.measure.profiles import RequestProfile, RequestSpec, generate_requests, get_profile
+from raylift.measure.prompt_sizing import (
+    TOKENIZER,
+    WORDS,
+    EndpointTokenizer,
+    endpoint_tokenizer,
+    size_prompts,
+)
+from raylift.measure.sweep import Breach, SweepSpec, level_requests, stop_reason
+from raylift.measure.sweep import verdict as sweep_verdict
 
 
 def rounds_for(requests: int, concurrency: int, *, max_rounds: int = BENCHMARK_ROUNDS) -> int:
@@ -168,7 +174,7 @@ async def arun_benchmark(
             if progress is not None:
                 progress(f"warm-up: {len(outcome.records)} requests in {outcome.duration_s:.1f}s, not measured")
         swept: dict[str, Any] | None = None
-        if sweep_spec:  # one level after another, each decided by the ones before (raylift.bench.sweep)
+        if sweep_spec:  # one level after another, each decided by the ones before (raylift.measure.sweep)
             summaries: list[dict[str, Any]] = []
             for c in levels_wanted:
                 rounds = await planned(c)
@@ -237,12 +243,12 @@ def run_benchmark(
     (:func:`rounds_for`; the levels take turns) and stops early after ``max_seconds_per_level`` in all. ``concurrency`` defaults to ``[1, 4]``. ``overall`` pools
     every request; its throughput is all output tokens over the summed level durations. Prompts are sized
     in the served tokenizer's tokens when the endpoint has ``/tokenize`` (``profile.prompt_sizing`` says
-    whether they were; :mod:`raylift.bench.prompt_sizing`). With ``sweep`` (:class:`raylift.bench.sweep.SweepSpec`'s
+    whether they were; :mod:`raylift.measure.prompt_sizing`). With ``sweep`` (:class:`raylift.measure.sweep.SweepSpec`'s
     fields) the levels are a saturation sweep instead of ``concurrency``: one after another until throughput
     stops growing or ``slo_breach`` names a broken SLO; ``result["sweep"]`` names the knee and the best level.
     With ``engine_metrics`` each level also carries ``engine_metrics``: vLLM's ``/metrics`` sampled while it
-    ran (:mod:`raylift.bench.engine_metrics`). With ``slos`` each level and ``overall`` carry ``goodput``
-    (:func:`raylift.bench.metrics.goodput`).
+    ran (:mod:`raylift.measure.engine_metrics`). With ``slos`` each level and ``overall`` carry ``goodput``
+    (:func:`raylift.measure.metrics.goodput`).
 
     :raises EndpointNotAllowedError: ``base_url`` is not loopback and ``allow_remote`` is False.
     """
@@ -418,10 +424,10 @@ def run_side_by_side(
     every arm. An arm at ``scale`` k runs at k × the level's concurrency and sends k × its requests: each
     round's shared requests and, after each, k − 1 more from the same seeded stream (the same for every
     arm at that scale). Levels stay labelled with the unscaled concurrency (and carry ``scale``), so
-    :func:`raylift.bench.judgement.judge` compares arms level by level. A level's time bound
+    :func:`raylift.measure.judgement.judge` compares arms level by level. A level's time bound
     (``max_seconds_per_level``) is shared: a round the slower arm ends takes its time from both. Prompts
     are sized by the first arm's tokenizer. With ``metrics`` (the default) each level carries each arm's
-    ``engine_metrics`` (:mod:`raylift.bench.engine_metrics`; ``engine_metrics``, :func:`run_benchmark`'s name
+    ``engine_metrics`` (:mod:`raylift.measure.engine_metrics`; ``engine_metrics``, :func:`run_benchmark`'s name
     for the switch, wins when given); with ``slos`` its ``goodput``. No sweep (``sweep`` is refused), so
     no sweep stop rule either.
 

@@ -1,4 +1,4 @@
-"""``python -m raylift.bench --url http://127.0.0.1:8000 --model m --profile smoke --concurrency 1,4``."""
+"""``python -m raylift.measure --url http://127.0.0.1:8000 --model m --profile smoke --concurrency 1,4``."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from raylift.bench.profiles import PROFILES
-from raylift.bench.runner import format_table, run_benchmark
+from raylift.measure.profiles import PROFILES
+from raylift.measure.runner import format_table, run_benchmark
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raylift.bench", description="Benchmark an OpenAI-compatible endpoint.")
+    parser = argparse.ArgumentParser(prog="python -m raylift.measure", description="Benchmark an OpenAI-compatible endpoint.")
     parser.add_argument("--url", required=True, help="endpoint root, e.g. http://127.0.0.1:8000")
     parser.add_argument("--model", required=True, help="model name the server expects")
     parser.add_argument("--profile", default="smoke", help=f"one of {sorted(PROFILES)} or a JSON object")

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from raylift.bench.metrics import PERCENTILES, RequestRecord, percentile
+from raylift.measure.metrics import PERCENTILES, RequestRecord, percentile
 
 INTER_TOKEN_LAT = "inter_token_latency_s"
 TTFT = "ttft_s"
@@ -131,7 +131,7 @@ def llmperf_file(results: Mapping[str, Any], *, model: str, profile: Mapping[str
 
 
 def llmperf_files(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each level of a raylift benchmark result (:func:`raylift.bench.runner.run_benchmark`) as the summary
+    """Each level of a raylift benchmark result (:func:`raylift.measure.runner.run_benchmark`) as the summary
     file llmperf writes for one concurrency, keyed by the concurrency."""
     started = result.get("started_at")
     timestamp = int(datetime.fromisoformat(started).timestamp()) if started else 0

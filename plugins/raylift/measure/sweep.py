@@ -1,6 +1,6 @@
 """A saturation sweep: raise concurrency until throughput stops growing or an SLO breaks, then name the knee.
 
-The rule is one place for both callers (:meth:`raylift.bench.loadgen.LoadGenerator.sweep` and the benchmark
+The rule is one place for both callers (:meth:`raylift.measure.loadgen.LoadGenerator.sweep` and the benchmark
 runner's sweep mode): level after level (``start``, ×``factor``, up to ``max_concurrency``), stop at the first
 level whose output tokens/s grew less than ``min_gain`` over the level before, or that breaks an SLO. The
 **knee** is the lowest concurrency that reached the sweep's best throughput within ``min_gain``: more
