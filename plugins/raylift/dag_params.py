@@ -48,12 +48,11 @@ def param(default: Any, description: str | None = None, **schema: Any) -> Param:
 
 
 def in_sections(params: dict[str, Param]) -> dict[str, Param]:
-    """The Params with their trigger-form section (``SECTIONS``) set in each schema, in the sections' order."""
+    """The Params with their trigger-form section (``SECTIONS``) set in each schema (the form groups by it)."""
     for name, p in params.items():
         if name in SECTION_OF:
             p.schema["section"] = SECTION_OF[name]
-    order = {name: i for i, name in enumerate(SECTION_OF)}
-    return dict(sorted(params.items(), key=lambda item: order.get(item[0], len(order))))
+    return params
 
 
 def default_model_source() -> str:

@@ -101,7 +101,7 @@ class BenchmarkOperator(TargetOperator):
 
         region = options.get("region") or DEFAULT_REGION
         try:
-            region = options.get("region") or _target_region(self.target_impl) or DEFAULT_REGION
+            region = options.get("region") or self.target_impl.aws_region() or DEFAULT_REGION
             return run_cost(result, self.target_impl.billed_nodes(), region=region, prices=options.get("prices"))
         except Exception as exc:  # noqa: BLE001 - cost is evidence for people, not a gate
             self.log.warning("benchmark cost not computed: %s", exc)
@@ -247,11 +247,6 @@ def _confirmation(candidate: dict[str, Any], baseline: dict[str, Any], slos: dic
              "verdict": judged.get("verdict")}
     return confirmation_requests(judged, requests_per_level), pilot
 
-
-def _target_region(target: Any) -> str | None:
-    """The AWS region a target runs in (``Target.aws_region``), None off AWS."""
-    region = target.aws_region()
-    return str(region) if region else None
 
 
 def _json_param(raw: Any, name: str) -> dict[str, Any]:

@@ -154,8 +154,6 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
     Idempotent: a step that already rolled back (a gate, a failed deploy) leaves nothing to do, and an
     app someone else changed since this run applied it is left alone (and said so), never reverted.
     """
-    from raylift.release.rollout import restarts_replicas
-
     applied = state.applied(run_id)
     if applied is None:
         return f"nothing to roll back: run {run_id} applied no config for app {app_name!r}"
@@ -163,21 +161,17 @@ def restore_unproven(target: Target, state: DeploymentState, run_id: str, app_na
         return f"nothing to roll back: run {run_id}'s config for app {app_name!r} passed its gates"
     current = target.current_serve_config()
     now = app_by_name(current, app_name)
-    ours = app_by_name(applied["config"], app_name)
     back, _, source = what_this_run_replaced(state, run_id, app_name)
     if _same_app(now, back):
         return f"nothing to roll back: app {app_name!r} already runs the {source}"
     if now is None and back is None:
         return f"nothing to roll back: app {app_name!r} is not deployed, as before run {run_id}"
-    if ours is None or now is None or restarts_replicas(ours, now):
+    try:  # restore_app checks, before any write, that the app still runs what this run applied
+        return restore_app(target, state, run_id, app_name)
+    except RollbackConflictError as exc:  # someone else changed it since: left as it is, the change named
         log.warning("rollback: app %r was changed by someone else since run %s applied it; left as it is",
                     app_name, run_id)
-        try:  # the change, named (check_still_ours says what differs); else the plain fact
-            check_still_ours(state, run_id, app_name, current)
-        except RollbackConflictError as exc:
-            return f"not rolled back: {exc}"
-        return f"not rolled back: app {app_name!r} no longer runs what run {run_id} applied (changed since)"
-    return restore_app(target, state, run_id, app_name)
+        return f"not rolled back: {exc}"
 
 
 def _same_app(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
