@@ -137,7 +137,11 @@ def judge(ray: ShapedRayCluster, verdict: Verdict, app: str = "llm") -> dict[str
             if status.get("status") == "RUNNING" and target < asked:  # Serve is done: it wants fewer than asked
                 raise AssertionError(f"Serve runs {verdict.profile} RUNNING with {target} replica(s), {asked} asked")
             return status.get("status") == "RUNNING" and ray.replica_states(app).get("RUNNING", 0) >= asked
-        return any(NOT_SCHEDULED.search(str(d.get("message"))) for d in (status.get("deployments") or {}).values())
+        # Serve names a replica unscheduled only once it has waited past its threshold, one replica at a time: settle
+        # when every replica asked for is either RUNNING or named unscheduled, not at the first such message
+        late = [NOT_SCHEDULED.search(str(d.get("message"))) for d in (status.get("deployments") or {}).values()]
+        named = sum(int(m.group(1)) for m in late if m)
+        return named > 0 and ray.replica_states(app).get("RUNNING", 0) + named >= asked
 
     ray.wait_for(settled, f"Serve's verdict on {verdict.profile} x {asked}")
     status = ray.applications()[app]
