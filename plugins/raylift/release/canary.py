@@ -36,7 +36,10 @@ from typing import Any
 
 from raylift.errors import RayliftValueError, ServeFitError
 from raylift.release.decision import FRESH_ANCHOR, FRESH_SERVING, SERVING
+from raylift.release.state import DeploymentState
 from raylift.serve.config import app_by_name, merge_app
+
+Fits = Callable[[dict[str, Any], list[dict[str, Any]]], Any]
 
 CANARY_SUFFIX = "-canary"
 BASELINE_SUFFIX = "-baseline"
@@ -149,6 +152,25 @@ def plan_canary(
     recorded) or of the serving app, where it fits beside both."""
     plan = _place_canary(candidate, current, app_name, fits)
     return with_fresh_baseline(plan, current, fits, anchor_app)
+
+
+def plan_or_resume(state: DeploymentState, run_id: str, candidate: dict[str, Any], current: dict[str, Any],
+                   app_name: str, fits: Fits) -> tuple[CanaryPlan, bool]:
+    """This run's canary plan, and whether it is an earlier try's. A retry whose earlier try applied this canary and
+    died keeps that plan (what the serving app lent is known only to it; planned again, the lent-from app would look
+    like a 1-replica app of its own). Otherwise :func:`plan_canary`, whose baseline arm runs the anchor's own config
+    when the anchor recorded it (the change measured is then the change since the anchor)."""
+    from raylift.release.rollout import restarts_replicas
+
+    saved = state.canary(run_id)
+    earlier = CanaryPlan.from_dict(saved) if saved is not None else None
+    serving = app_by_name(current, app_name)
+    if (earlier is not None and earlier.candidate == candidate and serving is not None
+            and not restarts_replicas(earlier.serving, serving)):
+        return earlier, True
+    anchor_app = (state.anchor() or {}).get("app")
+    return plan_canary(candidate, current, app_name, fits,
+                       anchor_app=anchor_app if isinstance(anchor_app, dict) else None), False
 
 
 def with_fresh_baseline(plan: CanaryPlan, current: dict[str, Any],

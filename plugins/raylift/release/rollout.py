@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from raylift.config import ROLLOUT_SURGE_REPLICAS
+from raylift.errors import ServeFitError
 from raylift.serve.config import app_by_name, merge_app
 from raylift.targets.base import Target
 
@@ -119,6 +121,37 @@ def with_native_surge(app: dict[str, Any], extra: int) -> dict[str, Any]:
     for dep in out.get("deployments", []):
         dep["max_surge_percent"] = surge_percent(extra, replica_floor(dep))
     return out
+
+
+def check_rollout_fits(app: dict[str, Any], current: dict[str, Any], app_name: str, surge: int,
+                       fits: Callable[[dict[str, Any], dict[str, Any]], Any], *, log: Any = log) -> bool:
+    """``fits(app, current)`` (it raises ServeFitError), counting the surge replicas a start-before-stop code update
+    runs at its peak (the old replicas run until the new ones do). Returns whether this is a stop-before-start code
+    update (surge 0), which leaves the app dark while each new replica loads; logged with what it costs."""
+    old = app_by_name(current, app_name)
+    if not restarts_replicas(old, app):
+        fits(app, current)
+        return False
+    if surge == 0:
+        fits(app, current)
+        running = replica_floor(((old or {}).get("deployments") or [{}])[0])
+        log.warning(
+            "surge_replicas is 0: stop-before-start. Serve stops the old replicas of %r in waves of "
+            "max(20 %%, 1) before their replacements load the model, so with %s replica(s) the app has %s "
+            "while each new replica starts (the time it takes is logged when the app is RUNNING).",
+            app_name, running, "no serving replica" if running <= 1 else "fewer replicas",
+        )
+        return True
+    try:
+        fits(with_surge(app, surge), current)
+    except ServeFitError as exc:
+        raise ServeFitError(
+            f"{exc} (This is a code update of a running app, so it rolls out start-before-stop with "
+            f"{surge} surge replica(s) running beside the old ones; that peak is what does "
+            "not fit. Add a worker, lower replicas, or set the surge_replicas Param to 0 for stop-before-start, "
+            "which leaves the app without a serving replica while each new one loads its model.)"
+        ) from None
+    return False
 
 
 def wait_for_apps(target: Target, app_names: list[str], timeout_s: float) -> dict[str, Any]:

@@ -9,7 +9,8 @@ same host's clock) and say so: ``replica_init`` (Serve's start line to the app's
 (vLLM's timestamps have 1 s resolution), which covers importing vLLM, its config and starting the engine-core and
 worker processes: vLLM prints no duration for it, and it is most of a small model's start.
 
-Pure: text and JSON in, numbers out (the dashboard reads are ``raylift.hooks.ray_replica_logs``'s).
+Pure but for ``DeploySteps``' clock: text and JSON in, numbers out (the dashboard reads are
+``raylift.hooks.ray_replica_logs``'s).
 
 Which lines, in vLLM 0.32 (``logger.info`` unless said; the profiles set ``VLLM_LOGGING_LEVEL: INFO`` for them):
 ``Initializing model took`` (``base_loader``), ``Loading weights took`` (default loader), the Run:ai streamer's
@@ -30,6 +31,7 @@ warm-up, memory-profiling and graph-capture phases. ``total`` is Ray's ``placeme
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,10 +54,40 @@ class LinePhase:
     label: str
 
 
-# The deploy step's own phases before Serve has the config, then Serve's (``raylift.operators.deploy.DeploySteps``), in
-# the order they happen; an XCom's or record's JSON keeps its keys sorted, so readers order them by this.
+# The deploy step's own phases before Serve has the config, then Serve's (``DeploySteps``), in the order they happen;
+# an XCom's or record's JSON keeps its keys sorted, so readers order them by this.
 DEPLOY_STEPS = ("read_and_fit_check_s", "app_runtime_check_s", "engine_args_check_s", "serve_write_s",
                 "serve_to_running_s")
+
+
+class DeploySteps:
+    """The deploy step's own phases before Serve has the config, in seconds: the read and fit check, the app runtime
+    check, vLLM's engine-args check (a cached verdict is ~0 s, a new one a vLLM import) and the config write. The
+    deploy keeps ``submitted()`` in an XCom at the write, so the phases survive the deferral to the wait."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.steps[name] = round(now - self._t, 3)
+        self._t = now
+
+    def submitted(self, name: str) -> dict[str, float]:
+        """The last phase (the config write) lapped; the phases with the wall-clock time Serve got the config."""
+        self.lap(name)
+        return {**self.steps, "submitted_at": time.time()}
+
+
+def deploy_steps_until(kept: Mapping[str, float] | None, running_at: float) -> dict[str, float]:
+    """The deploy step's phases (``DeploySteps.submitted``, as kept) and Serve's, from the config write to RUNNING at
+    ``running_at`` (when the wait saw it), in the order they happen."""
+    steps = dict(kept or {})
+    submitted_at = steps.pop("submitted_at", None)
+    if submitted_at is not None:
+        steps["serve_to_running_s"] = round(running_at - float(submitted_at), 3)
+    return {k: steps[k] for k in DEPLOY_STEPS if k in steps}
 
 
 def deploy_steps_line(steps: Mapping[str, float]) -> str:
