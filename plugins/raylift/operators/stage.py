@@ -6,8 +6,8 @@ the task announces the staged model as an Asset event, which starts DAGs schedul
 would make raylift_redeploy deploy the same model again (which would stage and announce it again).
 
 Where the copy runs: on the ``ecs`` and ``eks`` targets (target option ``staging``, default ``remote``) an ECS task or
-a Kubernetes Job beside the cluster copies the model (``raylift.targets.remote_staging``), so no byte of it passes
-through the Airflow worker's disk; the task defers while it runs (or waits in-process, ``deferrable=False``) and then
+a Kubernetes Job beside the cluster copies the model (``raylift.targets.ecs_staging``, ``...eks_staging``), so no byte
+of it passes through the Airflow worker's disk; the task defers while it runs (or waits in-process, ``deferrable=False``) and then
 reads the record the copy wrote. ``staging: in_worker``, and the ``local`` and ``ray`` targets, copy in this task.
 """
 
@@ -87,7 +87,7 @@ class StageModelOperator(TargetOperator):
 
     def _stage_remotely(self, context: Any, target: Any, watch: Stopwatch) -> dict[str, Any]:
         """Launch the copy beside the cluster; defer on its trigger, or wait here (``deferrable=False``)."""
-        from raylift.targets.remote_staging import request_id
+        from raylift.targets.staging_request import request_id
 
         ti = context.get("ti")
         run_id = request_id(getattr(self, "dag_id", None) or "", context.get("run_id", ""), self.task_id,

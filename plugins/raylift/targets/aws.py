@@ -23,12 +23,13 @@ from raylift.aws.content import (
     upload_build_context,
 )
 from raylift.aws.model_staging import S3Destination, stage_model_to_s3
-from raylift.aws.staging_job import StagingLaunch
+from raylift.aws.staging_job import StagingLaunch, StagingRequest, read_record
 from raylift.config import SERVE_APPS_DIR_NAME, local_settings, repo_root
-from raylift.errors import RayliftValueError
+from raylift.errors import RayliftValueError, StagingError
 from raylift.records import Artifact, StagedModel
 from raylift.targets.base import Target
 from raylift.targets.options import TargetOptions
+from raylift.targets.staging_request import check_remote_source
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
@@ -72,7 +73,7 @@ class AwsOptions(TargetOptions):
     build_context_prefix: str = "build-context"  # terraform image_pipeline's source_prefix
     build_poll_interval_s: PositiveSeconds = 15.0
     build_timeout_s: PositiveSeconds = 3600.0
-    # Model staging (raylift.targets.remote_staging): "remote" runs the copy beside the cluster, so the model
+    # Model staging (raylift.targets.staging_request): "remote" runs the copy beside the cluster, so the model
     # never passes through the Airflow worker's disk; "in_worker" keeps the copy inside the Airflow task.
     staging: str = "remote"
     staging_task_definition: str = Field("raylift-model-staging", min_length=1)  # ecs: terraform's staging.tf
@@ -173,24 +174,82 @@ class AwsTarget(Target):
         """Launch the remote copy (an ECS task or a Kubernetes Job, by target) and return it with the trigger to
         defer on; ``finish_staging`` reads what it staged. Refused before anything starts when the source cannot
         travel (a local path, a URL with a query string)."""
-        from raylift.targets.remote_staging import launch, staging_request
+        request = self.staging_request(source=source, model_id=model_id, revision=revision,
+                                       request_id=request_id, **patterns)
+        started = self.launch_staging(request)
+        log.info("staging %s on %s as %s (record: %s)", request.source, started.runner, started.handle,
+                 request.record_uri)
+        return started, self.staging_trigger(started)
 
-        request = staging_request(self, source=source, model_id=model_id, revision=revision,
-                                  request_id=request_id, **patterns)
-        return launch(self, request)
+    def staging_request(
+        self, *, source: str, model_id: str, revision: str | None, request_id: str,
+        allow_patterns: list[str] | None = None, ignore_patterns: list[str] | None = None,
+    ) -> StagingRequest:
+        """The request for this target's model store, its record under the state prefix."""
+        check_remote_source(source)
+        if self.aws.hf_conn_id:
+            log.warning(
+                "hf_conn_id %s is not passed to the remote staging task (no credential travels in its command): a "
+                "gated model needs HF_TOKEN in the task's secrets (staging.tf's hf_token_secret_arn / the target "
+                "option hf_token_secret on eks), or the target option 'staging': 'in_worker'", self.aws.hf_conn_id,
+            )
+        return StagingRequest(
+            source=source, model_id=model_id, revision=revision, bucket=self.aws.bucket,
+            prefix=self.aws.model_prefix.strip("/"),
+            record_key=f"{self.aws.state_prefix.strip('/')}/staging/{request_id}.json",
+            region_name=self.aws.region_name, storage_class=self.aws.storage_class,
+            allow_patterns=allow_patterns, ignore_patterns=ignore_patterns,
+        )
+
+    # What a target that stages remotely supplies (``raylift.targets.ecs_staging``, ``raylift.targets.eks_staging``):
+    # where the copy starts, the trigger that fires when it has ended, the same wait in-process, and where its logs are.
+    def launch_staging(self, request: StagingRequest) -> StagingLaunch:
+        """Start the copy where this target's cluster runs; the launch, for XCom."""
+        raise RayliftValueError(f"target {self.name!r} has no remote staging: set 'staging' to 'in_worker'.")
+
+    def staging_trigger(self, launch: StagingLaunch) -> BaseTrigger:
+        """The trigger that fires when the task/Job has ended."""
+        raise RayliftValueError(f"target {self.name!r} has no remote staging: set 'staging' to 'in_worker'.")
 
     def wait_for_staging(self, launch: StagingLaunch) -> dict[str, Any]:
         """The trigger's wait, blocking in this process (a task that does not defer); returns its event."""
-        from raylift.targets.remote_staging import wait_in_process
+        raise RayliftValueError(f"target {self.name!r} has no remote staging: set 'staging' to 'in_worker'.")
 
-        return wait_in_process(self, launch)
+    def staging_where(self, launch: StagingLaunch) -> str:
+        """The task/Job, and where its logs are, for messages."""
+        raise RayliftValueError(f"target {self.name!r} has no remote staging: set 'staging' to 'in_worker'.")
 
     def finish_staging(self, launch: StagingLaunch, event: dict[str, Any]) -> StagedModel:
         """The StagedModel the remote run wrote, once its task/Job has ended; StagingError naming the exit code,
-        the reason and what to do when it failed."""
-        from raylift.targets.remote_staging import finish
+        the reason and what to do when it failed.
 
-        return finish(self, launch, event)
+        A stopped task whose container exited non-zero failed, whatever it wrote; otherwise the record decides: the
+        stager writes it last, after verifying every object in S3, so no record means the copy did not finish."""
+        where = self.staging_where(launch)
+        if event.get("status") != "success":
+            code = f" (exit code {event['exit_code']})" if event.get("exit_code") is not None else ""
+            ended = event.get("message") or f"{where} ended {event.get('status')}"
+            raise StagingError(
+                f"{ended}{code}. Read {where}; fix the source or the task's access, then run the step again (a re-run "
+                "copies only what is missing), or set the target option 'staging' to 'in_worker'."
+            )
+        exit_code = event.get("exit_code")
+        how = ", ".join(str(v) for v in (event.get("stop_code"), event.get("stopped_reason"),
+                                         event.get("container_reason")) if v)
+        if exit_code not in (None, 0):
+            raise StagingError(
+                f"{where} exited with code {exit_code}{f' ({how})' if how else ''}: the model was not staged. Read its "
+                "logs (exit code 3: the source or the bucket was refused, the message says which; 137: out of memory "
+                "or scratch space), fix it and run the step again (a re-run copies only what is missing)."
+            )
+        staged = read_record(launch.request, aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        if staged is None:
+            raise StagingError(
+                f"{where} ended{f' ({how})' if how else ''} without writing its record {launch.request.record_uri}: it "
+                "did not finish (it never started, was stopped, or failed before the end). Read its logs and run the "
+                "step again (a re-run copies only what is missing)."
+            )
+        return staged
 
     def stage_model(self, *, source: str, model_id: str, revision: str | None = None, **patterns: Any) -> StagedModel:
         """Stage in this process (``staging: in_worker``, or a caller outside the DAG): the model passes through

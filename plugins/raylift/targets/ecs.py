@@ -33,6 +33,7 @@ from raylift.config import DRAIN_TIMEOUT_S
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.ecs_staging import EcsStaging
 from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 from raylift.targets.serve_control import DashboardServeControl
 
@@ -88,7 +89,7 @@ class EcsOptions(AwsOptions):
         return self
 
 
-class EcsTarget(DrainedScaleIn, DashboardServeControl, AwsTarget):
+class EcsTarget(EcsStaging, DrainedScaleIn, DashboardServeControl, AwsTarget):
     """Options (all JSON, validated by ``EcsOptions``): ``cluster``, ``head_service``, ``worker_service``,
     ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
     ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
@@ -99,7 +100,9 @@ class EcsTarget(DrainedScaleIn, DashboardServeControl, AwsTarget):
     ``ecr_repository``, ...).
 
     A scale-in drains first (``raylift.targets.scale_in``): the worker tasks to stop are picked from Ray's state,
-    drained in Ray, and only then is the worker service's desiredCount lowered and exactly those tasks stopped."""
+    drained in Ray, and only then is the worker service's desiredCount lowered and exactly those tasks stopped.
+
+    Model staging (target option ``staging``: ``remote``) runs as a one-off ECS task (``raylift.targets.ecs_staging``)."""
 
     name = "ecs"
 

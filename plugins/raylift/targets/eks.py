@@ -22,6 +22,7 @@ from raylift.config import DRAIN_TIMEOUT_S
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.eks_staging import EksStaging
 from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class EksOptions(AwsOptions):
         return self
 
 
-class EksTarget(DrainedScaleIn, AwsTarget):
+class EksTarget(EksStaging, DrainedScaleIn, AwsTarget):
     """Options (all JSON, validated by ``EksOptions``): ``cluster_name``, ``worker_nodegroup``,
     ``head_nodegroup``, ``kubernetes_conn_id`` (None: a kubeconfig is minted from the AWS connection),
     ``namespace``, ``rayservice_name``, ``profile``, ``upgrade_strategy``, ``gateway_class`` (the GatewayClass
@@ -125,7 +126,9 @@ class EksTarget(DrainedScaleIn, AwsTarget):
     A scale-in that removes instances drains first (``raylift.targets.scale_in``, ``raylift.kuberay.drain``): the
     instances and the Ray worker pods on them are picked from the node group's Auto Scaling group and Kubernetes,
     a Job in the cluster has Ray drain those pods' nodes, then KubeRay deletes exactly those pods
-    (``workersToDelete``) and exactly those instances are terminated (the desired capacity lowered with them)."""
+    (``workersToDelete``) and exactly those instances are terminated (the desired capacity lowered with them).
+
+    Model staging (target option ``staging``: ``remote``) runs as a Kubernetes Job (``raylift.targets.eks_staging``)."""
 
     name = "eks"
 

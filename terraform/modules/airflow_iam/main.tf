@@ -138,7 +138,7 @@ data "aws_iam_policy_document" "airflow" {
     for_each = local.has_ecs_staging ? [1] : []
     content {
       sid = "RunModelStagingTask"
-      # staging runs beside the cluster, not on the Airflow worker (raylift.targets.remote_staging), in the Ray
+      # staging runs beside the cluster, not on the Airflow worker (raylift.targets.ecs_staging, raylift.targets.eks_staging), in the Ray
       # services' own clusters
       actions   = ["ecs:RunTask"]
       resources = var.ecs_staging_task_definition_arns
