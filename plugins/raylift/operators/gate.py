@@ -10,6 +10,7 @@ the verdicts to :func:`raylift.release.decide`:
 - roll back → this task fails with the reasons, and the ``rollback`` step (``one_failed``) undoes the release.
 
 It also writes the run's report, which shows the comparison, the verdict table and the drift since the anchor.
+What it gathers and records is :mod:`raylift.release.evidence`'s; this step reads its Params and XComs and branches.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from typing import Any
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
-from raylift.config import (
-    DEFAULT_APP_NAME,
-)
-from raylift.errors import GateError, RayliftValueError
+from raylift.config import DEFAULT_APP_NAME
+from raylift.errors import GateError
 from raylift.operators.base import TargetOperator
 
-# What a direct release is compared with: the anchor's samples, or nothing (re-baseline after the machine or
-# cluster changed under an unchanged app). In a canary release "none" restarts the anchor's chain.
-REGRESSION_BASELINES = ("last_good", "none")
+# what the approval step imports from here (its evidence and timeout are the gate's, kept in raylift.release)
+from raylift.release.evidence import REGRESSION_BASELINES, Gathered, approval_timeout_s, evidence_from_record
+
+__all__ = ["APPROVE_TASK", "PROMOTE_TASK", "REGRESSION_BASELINES", "ReleaseGateOperator", "approval_timeout_s",
+           "asked_by", "evidence_from_record"]
+
 PROMOTE_TASK, APPROVE_TASK = "promote", "approve_release"
 
 
@@ -76,123 +78,36 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     def settings(self) -> dict[str, Any]:
         """The gate's Params, each resolved: what the DAG passed, else its default (raylift.config.PARAM_DEFAULTS)."""
         from raylift.config import param_default
-        from raylift.operators.benchmark import _number
+        from raylift.measure.params import number
 
         on_inconclusive = str(self.on_inconclusive or param_default("on_inconclusive"))
         numbers = ("max_regression", "regression_confidence", "max_cumulative_regression")
         return {
             "on_inconclusive": on_inconclusive,
             "regression_baseline": str(self.regression_baseline or param_default("regression_baseline")),
-            **{name: _number(getattr(self, name), param_default(name)) for name in numbers},
+            **{name: number(getattr(self, name), param_default(name)) for name in numbers},
         }
 
-    def evidence(self, context: Any) -> tuple[Any, dict[str, Any], dict[str, Any] | None, list[Any], bool]:
-        """(the ReleaseEvidence, the candidate's results, the baseline's, the gate violations, unchanged)."""
-        from raylift.operators.benchmark import same_app_config
-        from raylift.release.decision import ON_INCONCLUSIVE, ReleaseEvidence
-        from raylift.release.gates import assess, merged_slos
-        from raylift.release.state import run_file, stand_in_anchor
+    def evidence(self, context: Any) -> Gathered:
+        """What the gate judges (``raylift.release.evidence.Gathered``): this run's Params, store and XComs."""
+        from raylift.release.evidence import checked, gather
 
-        settings = self.settings()
-        baseline_choice = settings["regression_baseline"]
-        if baseline_choice not in REGRESSION_BASELINES:
-            raise RayliftValueError(
-                f"regression_baseline {baseline_choice!r} is not one of {list(REGRESSION_BASELINES)}: 'last_good' "
-                "judges this release against the anchor, 'none' starts a new anchor")
-        on_inconclusive = settings["on_inconclusive"]
-        if on_inconclusive not in ON_INCONCLUSIVE:
-            raise RayliftValueError(f"on_inconclusive {on_inconclusive!r} is not one of {list(ON_INCONCLUSIVE)}")
+        settings = checked(self.settings())
         state = self.state_for(str(self.app_name))
-        run_id = context["run_id"]
-        deployed = self.deployed if isinstance(self.deployed, dict) else {}
-        canary = deployed.get("release") == "canary"
-        result = state.store.read_json(run_file(run_id, "benchmark"))
         skipped = (context["ti"].xcom_pull(task_ids="benchmark") or {}).get("skipped")
-        if result is None and skipped:
-            # an app without an OpenAI API (the translator): its smoke test is the evidence; nothing to judge
-            self.log.info("benchmark skipped (%s): the release is judged by its smoke test and SLOs only", skipped)
-            result = {"levels": [], "overall": {"error_rate": 0.0}, "skipped": skipped}
-        if result is None:
-            raise GateError(f"run {run_id} left no benchmark results ({run_file(run_id, 'benchmark')}): "
-                            "nothing to judge; the release is not promoted")
-        anchor = state.anchor() if canary else stand_in_anchor(state.anchor(), state.last_good())
-        # regression_baseline 'none', explicitly: the only way a new anchor starts outside a first deploy
-        # (raylift.release.decide, rule 0), and the record names who asked
-        new_anchor_by = asked_by(context) if baseline_choice == "none" else None
         config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
-        unchanged = not canary and same_app_config(state.last_good(), config, str(self.app_name))
-        links: tuple[float, ...] = ()
-        if canary and skipped:
-            baseline = None  # nothing was measured beside the serving app: smoke test and SLOs only
-        elif canary:
-            baseline = state.store.read_json(run_file(run_id, "baseline"))
-            if baseline is None:
-                raise GateError(f"canary release {run_id}: the serving app's results (baseline.json) are missing")
-            baseline = _relabelled(baseline, result)
-            links = () if new_anchor_by else tuple(float(x) for x in (anchor or {}).get("links", []))
-        elif new_anchor_by:
-            baseline = None  # a new anchor asked for: this direct release is held to its SLOs only
-        else:
-            # judged against the anchor's own samples (the change is already cumulative); always when the anchor
-            # has any: another served name or benchmark profile starts no new anchor by itself
-            # (an anchor that kept no samples is judged as such: nothing comparable, not a pass by absence)
-            baseline = _relabelled((anchor or {}).get("benchmark") or {"levels": []}, result)
-        first = (not canary and anchor is None and not unchanged) or bool(skipped)
-        judge_against = None if (first or unchanged or baseline is None) else baseline
-        judgement, violations = assess(
-            result, merged_slos(self.slos if isinstance(self.slos, dict) else {}), judge_against,
-            max_regression=settings["max_regression"], confidence=settings["regression_confidence"],
-        )
-        judged = judge_against is not None
-        placed = result.get("placement") or {}
-        not_regression = [v for v in violations if v.kind != "regression"]
-        evidence = ReleaseEvidence(
-            first_deploy=first or unchanged,
-            smoke_passed=True,  # the smoke test passed, or this step would not run
-            slo_violations=tuple(v.message for v in not_regression),
-            judgement=judgement.as_dict() if judged else None,
-            anchor_links=links,
-            new_anchor_by=None if (first or unchanged) else new_anchor_by,
-            # a canary judged against a fresh replica of the anchor's config measures the change since the anchor
-            baseline_runs=str(deployed.get("baseline_runs") or "serving") if canary and judged else "serving",
-            on_inconclusive=on_inconclusive,
-            # where Ray put the two arms while they were measured (raylift.serve.placement): a verdict an unlike
-            # placement alone could give is refused (raylift.release, rule 6)
-            placement_favours=placed.get("favoured") if canary and judged else None,
-            placement=str(placed.get("described") or "") if canary and judged else "",
-            max_cumulative_regression=settings["max_cumulative_regression"],
-        )
-        return evidence, result, baseline if canary else None, violations, unchanged
+        return gather(state, context["run_id"], self.deployed if isinstance(self.deployed, dict) else {}, settings,
+                      self.slos if isinstance(self.slos, dict) else {}, app_name=str(self.app_name),
+                      skipped=skipped, serve_config=config, asked_by=asked_by(context))
 
     def choose_branch(self, context: Any) -> str:
-        from raylift.measure.judgement import format_judgement
         from raylift.release.decision import HOLD, PROMOTE, decide
-        from raylift.release.state import run_file
+        from raylift.release.evidence import keep_decision
 
-        evidence, result, baseline, violations, unchanged = self.evidence(context)
-        decision = decide(evidence)
-        state = self.state_for(str(self.app_name))
-        anchor = state.anchor()
+        gathered = self.evidence(context)
+        decision = decide(gathered.evidence)
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
-        record = {**decision.as_dict(), "unchanged": unchanged, "baseline_app": deployed.get("baseline_app"),
-                  "baseline_note": deployed.get("baseline_note") or None,
-                  # an unclear pilot measured again (raylift.release.confirmation_requests): what it showed
-                  "pilot": (result or {}).get("pilot"),
-                  "anchor_run_id": (anchor or {}).get("run_id"), "evidence": _evidence_dict(evidence)}
-        if unchanged:
-            record["reasons"] = [*record["reasons"], "same app config as the last good run: no release to judge "
-                                 "(a redeploy); it does not move the anchor"]
-            record["becomes_anchor"] = False
-        run_id = context["run_id"]
-        state.store.write_json(run_file(run_id, "release"), record)
-        if evidence.judgement:
-            self.log.info("%s", format_judgement(evidence.judgement))
-        elif unchanged:
-            self.log.info("same app config as the last good run: no release to judge; SLOs and evidence only")
-        self._report(state, run_id, result, baseline, evidence, record)
-        self.log.info("release decision: %s (verdict %s; change %s, since the anchor %s)\n%s", decision.action,
-                      decision.verdict, _pct(decision.headline_change), _pct(decision.cumulative_change),
-                      "\n".join(f"- {r}" for r in record["reasons"]))
+        record = keep_decision(self.state_for(str(self.app_name)), context["run_id"], gathered, decision, deployed)
         context["ti"].xcom_push(key="decision", value=record)
         if decision.action == PROMOTE:
             return PROMOTE_TASK
@@ -222,25 +137,6 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         manager.renew(Lease(current.token, current.holder, current.expires_at), ttl)
         self.log.info("the cluster's lease is kept for %.0f s: the approval's timeout plus the lease's TTL", ttl)
 
-    def _report(self, state: Any, run_id: str, result: dict[str, Any], baseline: dict[str, Any] | None,
-                evidence: Any, record: dict[str, Any]) -> None:
-        """The run's report, with the comparison; a plotting failure never blocks the decision."""
-        from raylift.measure.report import cost_peers, run_history, stored_results, write_run_report
-        from raylift.release.state import run_key
-
-        if result.get("skipped"):
-            return  # no benchmark (an app without an OpenAI API): no report to write
-        try:
-            result = {**result, "judgement": evidence.judgement or {}}
-            runs_prefix = run_key(run_id).rsplit("/", 1)[0]
-            stored = stored_results(state.store, runs_prefix)
-            comparison = {"baseline": baseline, "judgement": evidence.judgement, "release": record}
-            files = write_run_report(state.store, run_key(run_id), result, history=run_history(stored, result),
-                                     peers=cost_peers(stored, result, state.last_good()), comparison=comparison)
-            self.log.info("benchmark report: %s", state.store.child_uri(files["html"]))
-        except Exception:
-            self.log.exception("benchmark report not written; the decision stands")
-
 
 def asked_by(context: Any) -> str:
     """Who triggered the run, as Airflow gives it: the triggering user's name and the run id."""
@@ -248,49 +144,3 @@ def asked_by(context: Any) -> str:
     user = getattr(dag_run, "triggering_user_name", None) if dag_run is not None else None
     who = f"user {user!r}" if user else "no named user (a schedule, an asset event or a backfill)"
     return f"{who}, run {context['run_id']}"
-
-
-def _relabelled(baseline: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any] | None:
-    """``baseline`` under the candidate's served name: the name is a label clients send, the requests are the
-    benchmark profile's, so a renamed model is compared like any other release (canary and direct alike)."""
-    if baseline is None:
-        return None
-    return {**baseline, "model": result.get("model")}
-
-
-def approval_timeout_s(minutes: Any) -> float:
-    from raylift.config import APPROVAL_TIMEOUT_MINUTES
-
-    value = APPROVAL_TIMEOUT_MINUTES if minutes in (None, "") else float(minutes)
-    if value <= 0:
-        raise RayliftValueError(f"approval_timeout_minutes must be > 0, got {minutes!r}")
-    return value * 60
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1%}"
-
-
-def _evidence_dict(evidence: Any) -> dict[str, Any]:
-    """What the decision saw, without the judgement (stored beside it in the record)."""
-    return {"first_deploy": evidence.first_deploy, "slo_violations": list(evidence.slo_violations),
-            "anchor_links": list(evidence.anchor_links), "on_inconclusive": evidence.on_inconclusive,
-            "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement,
-            "new_anchor_by": evidence.new_anchor_by, "baseline_runs": evidence.baseline_runs,
-            "placement_favours": evidence.placement_favours, "placement": evidence.placement}
-
-
-def evidence_from_record(record: dict[str, Any], *, approval: str | None = None) -> Any:
-    """The gate's evidence back from its stored decision (for the approval step's second call to decide)."""
-    from raylift.release.decision import ReleaseEvidence
-
-    seen = record.get("evidence") or {}
-    return ReleaseEvidence(
-        first_deploy=bool(seen.get("first_deploy")), smoke_passed=True,
-        slo_violations=tuple(seen.get("slo_violations") or ()), judgement=seen.get("judgement"),
-        anchor_links=tuple(float(x) for x in seen.get("anchor_links") or ()),
-        max_cumulative_regression=float(seen["max_cumulative_regression"]),
-        # a stored decision is read back only when it held
-        on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval,
-        new_anchor_by=seen.get("new_anchor_by"), baseline_runs=str(seen.get("baseline_runs") or "serving"),
-        placement_favours=seen.get("placement_favours"), placement=str(seen.get("placement") or ""))
