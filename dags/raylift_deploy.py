@@ -84,16 +84,14 @@ with DAG(
     )
     smoke = SmokeTestOperator(
         task_id="smoke_test",
-        deployed=deploy.output,
+        deployed=deploy.output,  # where the candidate answers, and the name it is served by
         app_name="{{ params.app_name }}",
-        served_name="{{ params.served_name }}",
         **RELEASE,
     )
     benchmark = BenchmarkOperator(
         task_id="benchmark",
         deployed=deploy.output,
         app_name="{{ params.app_name }}",
-        served_name="{{ params.served_name }}",
         profile="{{ params.benchmark_profile }}",
         concurrency="{{ params.concurrency }}",
         requests_per_level="{{ params.requests_per_level }}",

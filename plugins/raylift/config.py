@@ -310,8 +310,8 @@ PARAM_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     # where
     "cluster_conn_id": None, "target": "local", "target_options": {},
     # model
-    "model_id": "raylift/tiny-llama", "revision": "", "hub_allow_patterns": None, "hub_ignore_patterns": None,
-    "served_name": "tiny-llama",
+    "model_id": None, "revision": "", "hub_allow_patterns": None, "hub_ignore_patterns": None,
+    "served_name": None,  # both derived when empty: model_id from the source, served_name from model_id
     # serving
     "app_name": DEFAULT_APP_NAME, "serve_config": "auto", "route_prefix": None, "replicas": 1,
     "surge_replicas": ROLLOUT_SURGE_REPLICAS, "autoscaling": {}, "workers": 0, "engine_args": {}, "app_args": {},

@@ -88,7 +88,9 @@ def deploy_params() -> dict[str, Param]:
             minLength=1,
             description="Local path, file://, s3://bucket/prefix, or a hub repo id (org/name)",
         ),
-        "model_id": param(param_default("model_id"), type="string", minLength=1, description="Name in the model store"),
+        "model_id": param(param_default("model_id"), type=["null", "string"], minLength=1,
+                          description="Name in the model store (null: the source's own: a hub repo id, else its last "
+                          "path segment)"),
         "revision": param(param_default("revision"), type=["string", "null"], description="Hub revision / tag (empty: default)"),
         "hub_allow_patterns": param(
             param_default("hub_allow_patterns"), type=["null", "array"], items={"type": "string"},
@@ -100,8 +102,9 @@ def deploy_params() -> dict[str, Param]:
             "(*.bin, *.pth, original/*, *.gguf... when *.safetensors exist); []: take every file",
         ),
         "served_name": param(
-            param_default("served_name"), type="string", pattern=SERVED_NAME_PATTERN, maxLength=128,
-            description="Model name clients send in requests (may hold '/', e.g. meta-llama/Llama-2-13b-chat-hf)",
+            param_default("served_name"), type=["null", "string"], pattern=SERVED_NAME_PATTERN, maxLength=128,
+            description="Model name clients send in requests (null: model_id, as vLLM names what it serves; may hold "
+            "'/', e.g. meta-llama/Llama-2-13b-chat-hf)",
         ),
         "app_name": param(param_default("app_name"), type="string", pattern=NAME_PATTERN, description="Serve application"),
         "serve_config": param(

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"No run record for {args.run_id}: the run failed early; see {args.log}.", file=sys.stderr)
         return 1
     failed = [step for step, state in (record.get("steps") or {}).items() if state != "done"]
-    served = record["params"].get("served_name", "tiny-llama")
+    served = record.get("served_name") or record["params"].get("served_name") or "tiny-llama"
     endpoint = record.get("endpoint") or settings.serve_url
     print("\n=== raylift demo ===")
     print(f"run:       {args.run_id}")

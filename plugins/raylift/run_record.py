@@ -102,6 +102,7 @@ def build_record(
             "serve_config": config,
             "serve_config_hash": config_hash(config) if config else None,
             "endpoint": (parts.get("deployed") or {}).get("endpoint"),
+            "served_name": (parts.get("deployed") or {}).get("served_name"),  # the Param's, or the derived one
             "cold_start": cold_start(triggered_at, parts),
             "smoke": parts.get("smoke"),
             "benchmark": {"overall": bench.get("overall"), "results_uri": bench.get("results_uri"),

@@ -36,12 +36,14 @@ class FreshBaselineMixin:
 
     if TYPE_CHECKING:  # provided by ServeDeployOperator, TargetOperator and BaseOperator
         app_name: Any
-        served_name: Any
         timeout_s: float
         deferrable: bool
         task_id: str
         log: Any
         target_impl: Any
+
+        @property
+        def served(self) -> str: ...
 
         def state_for(self, app_name: str) -> Any: ...
 
@@ -116,7 +118,7 @@ class FreshBaselineMixin:
         base = plan.baseline if uses_fresh_baseline(plan) and plan.baseline is not None else plan.serving
         return {**out,
                 "baseline_endpoint": app_url(self.target_impl.endpoint_url(), base),
-                "baseline_served_name": str((base.get("args") or {}).get("served_model_name") or self.served_name),
+                "baseline_served_name": str((base.get("args") or {}).get("served_model_name") or self.served),
                 "baseline_scale": plan.baseline_scale,
                 "baseline_runs": plan.baseline_runs,
                 "baseline_app": base["name"],

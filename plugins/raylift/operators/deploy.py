@@ -26,7 +26,8 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
 
     :param artifact: the build step's ``Artifact`` (its XCom): the ``working_dir`` the app runs from.
     :param model: the stage step's ``StagedModel`` (its XCom): the model URI the app loads.
-    :param served_name: the ``model`` name clients send.
+    :param served_name: the ``model`` name clients send; empty: the staged model's name (``model_id``), as vLLM serves
+        a model by its name unless told otherwise.
     :param app_name: the Serve application's name (apps sharing a cluster need their own).
     :param serve_config: the base config under ``serve_apps/configs/``; its ``import_path`` gives the app's kind.
         ``auto`` (the default): the profile follows the cluster's instances (``raylift.serve.hardware``: GPU,
@@ -57,7 +58,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         *,
         artifact: Any,
         model: Any,
-        served_name: str,
+        served_name: str | None = None,
         app_name: str = DEFAULT_APP_NAME,
         serve_config: str = "auto",
         replicas: int | str = 1,
@@ -91,10 +92,17 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         self._base = base
         return deploy_app(
             base, name, app_name=str(self.app_name), working_dir=Artifact.from_xcom(self.artifact).working_dir,
-            model_uri=StagedModel.from_xcom(self.model).uri, served_name=str(self.served_name),
+            model_uri=StagedModel.from_xcom(self.model).uri, served_name=self.served,
             replicas=self.replicas, engine_args=self.engine_args, app_args=self.app_args,
             autoscaling=self.autoscaling, route_prefix=str(self.route_prefix) if self.route_prefix else None,
         )
+
+    @property
+    def served(self) -> str:
+        """The name clients send: the ``served_name`` Param, or the staged model's (a template renders null as None)."""
+        if self.served_name in (None, "", "None"):
+            return str(StagedModel.from_xcom(self.model).model_id)
+        return str(self.served_name)
 
     def hardware_profile(self) -> tuple[str, dict[str, Any]]:
         """The Serve config file this run deploys, and its contents: ``auto`` follows the cluster's instances, a
@@ -199,7 +207,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)
         plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {}) if release == "canary" else None
         out = running_result(config, name, self.target_impl.endpoint_url(), plan)
-        out.update(running_at=running_at.isoformat(), served_name=self.served_name)
+        out.update(running_at=running_at.isoformat(), served_name=self.served)
         steps = deploy_steps_until(ti.xcom_pull(task_ids=self.task_id, key="deploy_steps"), running_at.timestamp())
         if steps:
             self.log.info("deploy step: %s", deploy_steps_line(steps))

@@ -14,13 +14,14 @@ class SmokeTestOperator(TargetOperator):
     """Run the smoke checks of the deployed app's kind (``raylift.serve.smoke.run_smoke``) where the deploy says
     it answers; any failure fails the task (the rollback step, ``one_failed``, undoes the release).
 
-    :param served_name: the model name the requests name.
-    :param deployed: the deploy task's XCom (endpoint, app kind); None reads it from the ``deploy`` task.
+    :param served_name: the model name the requests name; empty: the one the deploy served (``deployed``).
+    :param deployed: the deploy task's XCom (endpoint, app kind, served name).
     :param app_name: the Serve application released."""
 
     template_fields = (*TargetOperator.template_fields, "served_name", "app_name", "deployed")
 
-    def __init__(self, *, served_name: str, deployed: Any = None, app_name: str = DEFAULT_APP_NAME, **kw: Any):
+    def __init__(self, *, served_name: str | None = None, deployed: Any = None, app_name: str = DEFAULT_APP_NAME,
+                 **kw: Any):
         super().__init__(**kw)
         self.served_name, self.app_name, self.deployed = served_name, app_name, deployed
 
@@ -31,7 +32,8 @@ class SmokeTestOperator(TargetOperator):
         # The deploy step says where the candidate answers (endpoint + route_prefix) and what it is.
         endpoint = deployed.get("endpoint") or self.target_impl.endpoint_url()
         try:
-            report = run_smoke(endpoint, str(self.served_name), kind=deployed.get("kind", "llm"))
+            served = self.served_name if self.served_name not in (None, "", "None") else deployed.get("served_name")
+            report = run_smoke(endpoint, str(served), kind=deployed.get("kind", "llm"))
         except SmokeTestError:
             raise
         except Exception as exc:  # a non-JSON answer, a reset connection...: whatever it was, the app failed

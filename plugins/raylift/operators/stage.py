@@ -30,7 +30,8 @@ class StageModelOperator(TargetOperator):
     content-addressed folder; the returned record tells the deploy where the weights are.
 
     :param model_source: a local path, ``file://``, ``s3://bucket/prefix``, an HTTPS tarball or a hub repo id.
-    :param model_id: the model's name in the store.
+    :param model_id: the model's name in the store; empty: named by its source
+        (``raylift.staging.sources.model_id_from_source``: a hub repo id is its own name, else the last path segment).
     :param revision: hub revision or tag (None: the default branch; ``local`` for non-hub sources).
     :param allow_patterns: hub sources: only files matching these globs (None: all).
     :param ignore_patterns: hub sources: skip files matching these globs (None: duplicate weight formats).
@@ -46,7 +47,7 @@ class StageModelOperator(TargetOperator):
         self,
         *,
         model_source: str,
-        model_id: str,
+        model_id: str | None = None,
         revision: str | None = None,
         allow_patterns: list[str] | None = None,
         ignore_patterns: list[str] | None = None,
@@ -59,6 +60,15 @@ class StageModelOperator(TargetOperator):
         self.model_id = model_id
         self.revision = revision
         self.allow_patterns, self.ignore_patterns = allow_patterns, ignore_patterns
+
+    @property
+    def store_name(self) -> str:
+        """The ``model_id`` Param, or the source's own name when it is empty (a template renders null as None)."""
+        from raylift.staging.sources import model_id_from_source
+
+        if self.model_id in (None, "", "None"):
+            return model_id_from_source(str(self.model_source))
+        return str(self.model_id)
 
     def _patterns(self) -> dict[str, list[str]]:
         """The hub file filters that were given (a template renders null as None or "None")."""
@@ -80,7 +90,7 @@ class StageModelOperator(TargetOperator):
         if target.stages_remotely:
             return self._stage_remotely(context, target, watch)
         staged: StagedModel = target.stage_model(
-            source=str(self.model_source), model_id=str(self.model_id), revision=self.revision or None,
+            source=str(self.model_source), model_id=self.store_name, revision=self.revision or None,
             **self._patterns(),
         )
         return self._done(context, staged, watch)
@@ -93,7 +103,7 @@ class StageModelOperator(TargetOperator):
         run_id = request_id(getattr(self, "dag_id", None) or "", context.get("run_id", ""), self.task_id,
                             getattr(ti, "try_number", None) or "", self.task_id)
         launch, trigger = target.start_staging(
-            source=str(self.model_source), model_id=str(self.model_id), revision=self.revision or None,
+            source=str(self.model_source), model_id=self.store_name, revision=self.revision or None,
             request_id=run_id, **self._patterns(),
         )
         # kept in XCom, not in the defer kwargs: `airflow dags test` resumes with the event alone

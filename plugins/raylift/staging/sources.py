@@ -159,6 +159,24 @@ def _from_hub(
     return ResolvedSource(resolved, revision or resolved.name, "hub", include)
 
 
+def model_id_from_source(source: str) -> str:
+    """The model's name in the store when the ``model_id`` Param is left empty: a hub repo id is its own name
+    (``org/name``, as vLLM names a model it serves by its repo id); any other source is named by its last path
+    segment (``s3://bucket/models/llama-3-8b/`` and ``/data/llama-3-8b`` are ``llama-3-8b``; a tarball drops its
+    ``.tar.gz``). ModelSourceError, naming the Param to set, when the source has no such segment."""
+    text = source.strip()
+    bare = text.removeprefix("hf://")
+    if text.startswith("hf://") or (HUB_REPO_RE.match(bare) and not Path(bare).exists() and "://" not in text):
+        return bare.split("@")[0]
+    path = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text).split("?")[0].rstrip("/")
+    name = re.sub(r"\.(tar\.gz|tgz|tar)$", "", path.rsplit("/", 1)[-1])
+    if not name or name in (".", "..", "~") or (text.startswith("s3://") and "/" not in path):
+        raise ModelSourceError(
+            f"Cannot name the model from model_source {source!r}: set the 'model_id' Param (its name in the store)."
+        )
+    return name
+
+
 def resolve_source(
     source: str,
     *,
