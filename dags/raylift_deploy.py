@@ -35,8 +35,6 @@ TARGET = {
     "target_options": "{{ params.target_options }}",
     "cluster_conn_id": "{{ params.cluster_conn_id }}",
 }
-# the tasks between acquire_cluster_lease and release_cluster_lease: they renew the run's lease and write under it
-RELEASE = {**TARGET, "holds_release_lease": True}
 
 with DAG(
     dag_id="raylift_deploy",
@@ -53,7 +51,9 @@ with DAG(
     # first: a profile the cluster's instances cannot run is refused before an image build or a node starts
     profile = HardwareProfileOperator(task_id="check_hardware_profile", serve_config="{{ params.serve_config }}",
                                       **TARGET)
-    build = BuildArtifactOperator(task_id="build_artifact", **TARGET)
+    # the steps after it build, roll out and render the image it chose
+    IMAGE = {**TARGET, "chosen_profile": profile.output}
+    build = BuildArtifactOperator(task_id="build_artifact", **IMAGE)
     stage = StageModelOperator(
         task_id="stage_model",
         model_source="{{ params.model_source }}",
@@ -61,9 +61,11 @@ with DAG(
         revision="{{ params.revision }}",
         allow_patterns="{{ params.hub_allow_patterns }}",
         ignore_patterns="{{ params.hub_ignore_patterns }}",
-        **TARGET,
+        **IMAGE,
     )
     acquire = AcquireClusterLeaseSensor(task_id="acquire_cluster_lease", **TARGET)
+    # the tasks between acquire_cluster_lease and release_cluster_lease: they renew the run's lease and write under it
+    RELEASE = {**IMAGE, "holds_release_lease": True, "release_lease": acquire.output}
     scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}", **RELEASE)
     ready = RayClusterReadySensor(task_id="wait_cluster_ready", expectation=scale.output, **TARGET)
     deploy = ServeDeployOperator(
@@ -106,6 +108,7 @@ with DAG(
         task_id="gate",
         app_name="{{ params.app_name }}",
         deployed=deploy.output,
+        benchmark=benchmark.output,
         slos="{{ params.slos }}",
         max_regression="{{ params.max_regression }}",
         regression_confidence="{{ params.regression_confidence }}",
@@ -115,11 +118,14 @@ with DAG(
         approval_timeout_minutes="{{ params.approval_timeout_minutes }}",
         **RELEASE,
     )
-    approve = ReleaseApprovalOperator(task_id="approve_release")  # only when the gate holds the release
+    # only when the gate holds the release
+    approve = ReleaseApprovalOperator(task_id="approve_release", decision=gate.output["decision"], **IMAGE)
     promote = PromoteReleaseOperator(
         task_id="promote",
         app_name="{{ params.app_name }}",
         deployed=deploy.output,
+        decision=gate.output["decision"],
+        approval=approve.output,  # None unless the gate held the release and a person approved it
         surge_replicas="{{ params.surge_replicas }}",
         **RELEASE,
     )
@@ -131,16 +137,14 @@ with DAG(
             "deployed": deploy.output,
             "smoke": smoke.output,
             "benchmark": benchmark.output,
-            "release": "{{ ti.xcom_pull(task_ids='approve_release', key='decision') "
-                       "or ti.xcom_pull(task_ids='gate', key='decision') }}",
             "promote": promote.output,
         },
-        **TARGET,  # writes the run's record, not the cluster: outside the lease (it also records a run that never got it)
+        **IMAGE,  # writes the run's record, not the cluster: outside the lease (it also records a run that never got it)
     )
     # runs when a step failed or the release was rejected (the gate or the approval fails, so promote is
     # upstream_failed): removes the canary, restores the app if this run's config is still serving
     rollback = RollbackUnprovenOperator(task_id="rollback", app_name="{{ params.app_name }}", **RELEASE)
-    release = ReleaseClusterLeaseOperator(task_id="release_cluster_lease", **TARGET)
+    release = ReleaseClusterLeaseOperator(task_id="release_cluster_lease", **IMAGE)
     chain(profile, build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate)
     gate >> [approve, promote]  # the gate follows one: promote, or approve_release (held)
     approve >> promote

@@ -53,12 +53,12 @@ def shapes(*types: str) -> tuple[InstanceShape, ...]:
     return Ec2InstanceTypesHook(aws_conn_id="aws_default").shapes(types)
 
 
-def deploy_op(target: str, options: dict[str, Any], serve_config: str = "auto") -> ServeDeployOperator:
+def deploy_op(target: str, options: dict[str, Any], serve_config: str = "auto", **kwargs: Any) -> ServeDeployOperator:
     return ServeDeployOperator(
         task_id="deploy", target=target, target_options=options, serve_config=serve_config, served_name="m",
         artifact={"digest": "d", "working_dir": "s3://b/a.zip"},
         model={"model_id": "m", "revision": "r", "uri": "s3://b/m", "manifest_uri": "s3://b/m/m.json"},
-        deferrable=False,
+        deferrable=False, **kwargs,
     )  # fmt: skip
 
 

@@ -38,12 +38,12 @@ REPO = "ray-vllm"
 
 
 class TI:
-    """The task instance's XCom, as the operators use it (pull by task id, push by key)."""
+    """The task instance's XCom, as Airflow resolves an XComArg (pull by task id) and the operators push by key."""
 
     def __init__(self) -> None:
         self.xcoms: dict[str, Any] = {}
 
-    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
+    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value", **_: Any) -> Any:
         return self.xcoms.get(f"{task_ids}/{key}")
 
     def xcom_push(self, key: str, value: Any) -> None:
@@ -77,19 +77,27 @@ def run_check_and_build(proxy: Proxy, target: str, options: dict[str, Any], serv
         check = HardwareProfileOperator(task_id="check_hardware_profile", target=target, target_options=options,
                                         serve_config=serve_config)  # fmt: skip
         build = BuildArtifactOperator(task_id="build_artifact", target=target, target_options=options,
-                                      deferrable=True)  # fmt: skip
+                                      chosen_profile=check.output, deferrable=True)  # fmt: skip
     ti = TI()
     context = {"run_id": "manual__1", "ti": ti}
     check.pre_execute(context)
     record = check.execute(context)
     ti.xcoms["check_hardware_profile/return_value"] = record
     before = len(proxy.bodies)
+    build.render_template_fields(context)  # Airflow resolves check.output to the check step's XCom
     build.pre_execute(context)
     with pytest.raises(TaskDeferred):
         build.execute(context)
     [body] = [b for t, b in proxy.bodies[before:] if t.endswith(".StartBuild")]
     sent = json.loads(body)
     return record, {e["name"]: e["value"] for e in sent["environmentVariablesOverride"]}, sent, ti, dag
+
+
+def start(op: Any, ti: TI) -> None:
+    """A later step of the run as Airflow starts it: its XComArgs resolved, then ``pre_execute``."""
+    context = {"run_id": "manual__1", "ti": ti}
+    op.render_template_fields(context)
+    op.pre_execute(context)
 
 
 def content_tag(image: str) -> str:
@@ -135,8 +143,8 @@ def test_graviton_builds_and_deploys_the_arm64_llamacpp_image(infra: Proxy) -> N
     assert env["IMAGE_TAG"] == content_tag("ray-llamacpp-arm64")
     # the deploy step renders that image into the RayService (no explicit `image` option)
     with dag:
-        deploy = deploy_op("eks", eks_options("graviton"))
-    deploy.pre_execute({"run_id": "manual__1", "ti": ti})
+        deploy = deploy_op("eks", eks_options("graviton"), chosen_profile=dag.get_task("check_hardware_profile").output)
+    start(deploy, ti)
     manifest = deploy.target_impl.render({"applications": [deploy.render()]}, workers=1)
     head = manifest["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert head["image"].endswith(f"/{REPO}:{content_tag('ray-llamacpp-arm64')}")
@@ -170,8 +178,9 @@ def test_ecs_graviton_instances_build_the_arm64_image(infra: Proxy) -> None:
     # not, so it is put there as the buildspec's push would)
     pushed = ecr_repository_push(content_tag("ray-llamacpp-arm64"))
     with dag:
-        scale = ScaleClusterOperator(task_id="scale_cluster", target="ecs", target_options=options, workers=1)
-    scale.pre_execute({"run_id": "manual__1", "ti": ti})
+        scale = ScaleClusterOperator(task_id="scale_cluster", target="ecs", target_options=options, workers=1,
+                                     chosen_profile=dag.get_task("check_hardware_profile").output)
+    start(scale, ti)
     assert scale.target_impl.image_reference().endswith(f"/{REPO}@{pushed}")
 
 
@@ -190,8 +199,8 @@ def test_ecs_with_no_instance_known_builds_the_default_and_the_deploy_refuses_a_
     service_tasks("ray-head", [head])
     service_tasks("ray-worker", [worker])
     with dag:
-        deploy = deploy_op("ecs", options)
-    deploy.pre_execute({"run_id": "manual__1", "ti": ti})
+        deploy = deploy_op("ecs", options, chosen_profile=dag.get_task("check_hardware_profile").output)
+    start(deploy, ti)
     with pytest.raises(ImageProfileError, match=r"This release built image 'ray-vllm-gpu' \(x86_64, vLLM on NVIDIA "
                        r"GPUs \(CUDA\)\) before ECS cluster 'ray' .*'s instances were known .* pick serve_config "
                        r"'llamacpp-graviton.yaml', a graviton profile, which runs on 'ray-llamacpp-arm64'\. Set the "

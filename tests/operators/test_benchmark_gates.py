@@ -53,6 +53,10 @@ class XComs(dict):  # type: ignore[type-arg]
 
         return {"run_id": run_id, "ti": TI(), "params": {}}
 
+    def deployed(self, deployed: dict[str, Any]) -> dict[str, Any]:
+        """The deploy step's XCom as the DAG hands it on: with the Serve config it wrote."""
+        return {**deployed, "serve_config": self.get(("deploy", "serve_config"))}
+
 
 @pytest.fixture()
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DeploymentState:
@@ -86,7 +90,8 @@ def benchmark(deployed: dict[str, Any], run_id: str, xcoms: XComs | None = None,
 
 def gate(deployed: dict[str, Any], run_id: str, xcoms: XComs, **kwargs: Any) -> str:
     """The gate's branch (``promote`` / ``approve_release``); GateError when it rolls back."""
-    op = ReleaseGateOperator(task_id="gate", target="local", app_name="llm", deployed=deployed, **kwargs)
+    op = ReleaseGateOperator(task_id="gate", target="local", app_name="llm", deployed=xcoms.deployed(deployed),
+                             benchmark=xcoms.get(("benchmark", "return_value")), **kwargs)
     return op.choose_branch(xcoms.context(run_id, "gate"))
 
 
@@ -98,8 +103,9 @@ def release(url: str, run_id: str, served_name: str = "stub", config: dict[str, 
     out = benchmark(direct(url), run_id, xcoms, served_name=served_name, config=config, **(bench or {}))
     branch = gate(direct(url), run_id, xcoms, **gate_kwargs)
     if branch == "promote":
-        PromoteReleaseOperator(task_id="promote", target="local", app_name="llm", deployed=direct(url),
-                               deferrable=False).execute(xcoms.context(run_id, "promote"))
+        PromoteReleaseOperator(task_id="promote", target="local", app_name="llm", deployed=xcoms.deployed(direct(url)),
+                               decision=xcoms[("gate", "decision")], deferrable=False,
+                               ).execute(xcoms.context(run_id, "promote"))
     return branch, xcoms[("gate", "decision")], out
 
 
@@ -299,26 +305,27 @@ def test_an_undecided_canary_is_held_passed_or_failed_by_on_inconclusive(
     with pytest.raises(GateError, match=r"Release gate failed \(inconclusive\)"):
         gate(canary(candidate, serving), "manual__noisy", xcoms, on_inconclusive="fail")
     # held: the person's answer goes back through decide (the approval step resumed with Airflow's event)
-    xcoms[("gate", "decision")] = held
-    assert approve(xcoms, "Approve")["chosen_options"] == ["Approve"]
-    approved = xcoms[("approve_release", "decision")]
+    approved = approve(held, "Approve")  # its XCom: what promote reads
+    assert approved["approval"]["answer"] == "Approve"
     assert approved["action"] == "promote" and not approved["becomes_anchor"]
     assert approved["approval"]["by"] == "alice" and any("approved by a person" in r for r in approved["reasons"])
+    assert state.store.read_json(f"{run_key('manual__noisy')}/release.json") == approved  # what the run record keeps
     with pytest.raises(GateError, match="Release rejected \\(Reject by alice\\).*removes the canary"):
-        approve(xcoms, "Reject")
-    assert xcoms[("approve_release", "decision")]["action"] == "roll_back"
+        approve(held, "Reject")
+    assert state.store.read_json(f"{run_key('manual__noisy')}/release.json")["action"] == "roll_back"
 
 
-def approve(xcoms: XComs, answer: str) -> Any:
-    """The approval step resumed with a person's answer (the event Airflow hands ``execute_complete``)."""
+def approve(held: dict[str, Any], answer: str) -> Any:
+    """The approval step of the release the gate ``held``, resumed with a person's answer (the event Airflow hands
+    ``execute_complete``)."""
     from datetime import UTC, datetime
 
     from raylift.operators.approval import ReleaseApprovalOperator
 
-    op = ReleaseApprovalOperator(task_id="approve_release")
+    op = ReleaseApprovalOperator(task_id="approve_release", target="local", decision=held)
     event = {"chosen_options": [answer], "params_input": {}, "responded_at": datetime.now(UTC),
              "responded_by_user": {"id": "1", "name": "alice"}}
-    return op.execute_complete(xcoms.context("manual__noisy", "approve_release"), event)
+    return op.execute_complete(XComs().context("manual__noisy", "approve_release"), event)
 
 
 def test_a_canary_release_is_measured_level_by_level_not_swept(stub: Callable[..., str],

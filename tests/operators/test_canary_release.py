@@ -57,9 +57,9 @@ def promote(run_id: str, xcoms: XComs, deployed: dict[str, Any], evidence: Relea
     """The promote step after a gate whose decision is ``decide(evidence)``."""
     from raylift.operators.promote import PromoteReleaseOperator
 
-    xcoms[("gate", "decision")] = decide(evidence).as_dict()
     # the stand-in answers at once: 30 s is plenty, and a wait that never ends fails in 30 s, not Serve's 600
-    op = PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=deployed, deferrable=False, timeout_s=30)
+    op = PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=deployed, decision=decide(evidence).as_dict(),
+                                deferrable=False, timeout_s=30)
     return op.execute(xcoms.context(run_id, "promote"))
 
 
@@ -362,8 +362,7 @@ def test_promote_counts_the_room_the_fresh_baseline_gives_back(serve: ServeStand
     xcoms = XComs()
     out = deploy("/store/b", "r2", xcoms)
     assert out["baseline_runs"] == "fresh-anchor" and names(serve) == [APP, CANARY, BASELINE]
-    xcoms[("gate", "decision")] = decide(PASSED).as_dict()
-    PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=out, deferrable=False, timeout_s=30,
-                           surge_replicas=2).execute(xcoms.context("r2", "promote"))
+    PromoteReleaseOperator(task_id="promote", app_name=APP, deployed=out, decision=decide(PASSED).as_dict(),
+                           deferrable=False, timeout_s=30, surge_replicas=2).execute(xcoms.context("r2", "promote"))
     app = serve.app(APP)
     assert names(serve) == [APP] and app["deployments"][0]["max_surge_percent"] > 0, app["deployments"]

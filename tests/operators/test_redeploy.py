@@ -21,7 +21,7 @@ from raylift.errors import RedeployError
 from raylift.operators.cluster import TeardownOperator
 from raylift.operators.record import RunRecordOperator
 from raylift.operators.redeploy import LastGoodConfOperator, paused_key
-from raylift.release.state import DeploymentState, run_key
+from raylift.release.state import DeploymentState, run_file, run_key
 from raylift.store import LocalStore
 from tests.test_redeploy_schedule import load_redeploy_dag
 
@@ -39,15 +39,17 @@ GOOD_PARAMS = {
 CONFIG = {"applications": [{"name": "llm", "import_path": "serve_apps.llm:app"}]}
 # what every replay adds: nobody is there to approve a scheduled release (raylift.config.SCHEDULED_ON_INCONCLUSIVE)
 SCHEDULED = {"on_inconclusive": "pass"}
-PASSED = {"artifact": {"uri": "a"}, "model": {"uri": "m"}, "deployed": {"endpoint": "e"}, "smoke": {"ok": True},
-          "benchmark": {"overall": {}}}  # what each step of a passing raylift_deploy returned
+PASSED = {"artifact": {"uri": "a"}, "model": {"uri": "m"}, "deployed": {"endpoint": "e", "serve_config": CONFIG},
+          "smoke": {"ok": True}, "benchmark": {"overall": {}}, "promote": {"promoted": True}}
+# what each step of a passing raylift_deploy returned; and what its gate decided (the run's release.json)
+PROMOTED = {"action": "promote", "verdict": "pass"}
 
 
 class XComs:
-    """The one thing RunRecordOperator asks the task instance: the deploy step's applied Serve config."""
+    """A task instance with nothing to pull: the record gets the steps' XComs as its ``parts``."""
 
     def xcom_pull(self, *, task_ids: str, key: str) -> Any:
-        return CONFIG if (task_ids, key) == ("deploy", "serve_config") else None
+        raise AssertionError(f"pulled {task_ids}/{key} by task id")
 
 
 @pytest.fixture()
@@ -84,7 +86,9 @@ def deploy(conn_id: str | None, run_id: str, params: dict[str, Any], parts: dict
     record, written by the real RunRecordOperator (which also resumes paused redeploys when the run passed)."""
     op = RunRecordOperator(task_id="run_record", parts=parts, target="local", cluster_conn_id=conn_id)
     if parts is PASSED:
-        op.state_for("llm").record_good(run_id, CONFIG)
+        state = op.state_for("llm")
+        state.record_good(run_id, CONFIG)
+        state.store.write_json(run_file(run_id, "release"), PROMOTED)
     op.execute({"ti": XComs(), "run_id": run_id, "params": {**params, "cluster_conn_id": conn_id}})
 
 

@@ -19,16 +19,14 @@ APP = {"name": "llm", "import_path": "x:app", "route_prefix": "/"}
 
 
 class TI:
-    def __init__(self, acquired: Any) -> None:
-        self.acquired = acquired
+    """A task instance that has no XCom to give: what a task needs from upstream it gets as an argument."""
 
     def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        assert task_ids == "acquire_cluster_lease"
-        return self.acquired
+        raise AssertionError(f"pulled {task_ids}/{key} by task id")
 
 
-def context(run_id: str, acquired: Any = None) -> dict[str, Any]:
-    return {"run_id": run_id, "dag_run": SimpleNamespace(dag_id="raylift_deploy"), "ti": TI(acquired)}
+def context(run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "dag_run": SimpleNamespace(dag_id="raylift_deploy"), "ti": TI()}
 
 
 @pytest.fixture
@@ -70,9 +68,9 @@ def test_a_task_of_a_run_that_lost_its_lease_writes_nothing(clusters: dict[str, 
     ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
     acquire("dev", "run-b")  # someone else took it in between
     guard = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="llm", cluster_conn_id="dev",
-                                     holds_release_lease=True)
+                                     holds_release_lease=True, release_lease=held)
     with pytest.raises(LeaseLostError, match="no longer holds the writer lease .*held by raylift_deploy/run-b"):
-        guard.pre_execute(context("run-a", held))
+        guard.pre_execute(context("run-a"))
 
 
 def test_writes_inside_the_span_are_fenced_by_the_runs_lease(clusters: dict[str, Path]) -> None:
@@ -83,8 +81,8 @@ def test_writes_inside_the_span_are_fenced_by_the_runs_lease(clusters: dict[str,
 
     held = acquire("dev", "run-a").xcom_value
     op = ServeDeployOperator(task_id="deploy", artifact={}, model={}, served_name="m", cluster_conn_id="dev",
-                             holds_release_lease=True)
-    op.pre_execute(context("run-a", held))
+                             holds_release_lease=True, release_lease=held)
+    op.pre_execute(context("run-a"))
     target = op.target_impl
     assert target.held_lease is not None and target.held_lease.holder == "raylift_deploy/run-a"
     with cluster_lock(target, wait_s=1):  # re-entrant: the run's own lease, not a wait on it
@@ -93,15 +91,15 @@ def test_writes_inside_the_span_are_fenced_by_the_runs_lease(clusters: dict[str,
     acquire("dev", "run-b")
     with pytest.raises(ServeConfigConflictError), cluster_lock(target, wait_s=1):
         pass
-    op.post_execute(context("run-a", held))
+    op.post_execute(context("run-a"))
 
 
 def test_a_run_that_never_took_the_lease_is_told_so_not_failed(clusters: dict[str, Path]) -> None:
     from raylift.operators.guard import RollbackUnprovenOperator
 
     guard = RollbackUnprovenOperator(task_id="rollback_if_unproven", app_name="llm", cluster_conn_id="dev",
-                                     holds_release_lease=True)
-    guard.pre_execute(context("run-a", None))  # acquire_cluster_lease timed out: nothing of this run was written
+                                     holds_release_lease=True, release_lease=None)
+    guard.pre_execute(context("run-a"))  # acquire_cluster_lease timed out: nothing of this run was written
     assert guard.target_impl.held_lease is None
 
 
@@ -113,12 +111,12 @@ def test_a_rollback_after_a_lost_lease_takes_it_again_when_it_is_free(clusters: 
     held = acquire("dev", "run-a").xcom_value
     ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
     guard = RollbackUnprovenOperator(task_id="rollback", app_name="llm", cluster_conn_id="dev",
-                                     holds_release_lease=True)
-    guard.pre_execute(context("run-a", held))
+                                     holds_release_lease=True, release_lease=held)
+    guard.pre_execute(context("run-a"))
     lease = guard.target_impl.held_lease
     assert lease is not None and lease.holder == "raylift_deploy/run-a" and lease.token > held["token"]
     assert guard.lease_note and "lost its writer lease" in guard.lease_note
-    guard.post_execute(context("run-a", held))
+    guard.post_execute(context("run-a"))
     assert acquire("dev", "run-b") is False  # the run holds it until release_cluster_lease
 
 
@@ -131,14 +129,14 @@ def test_a_rollback_whose_lease_another_run_holds_leaves_a_named_hold(clusters: 
 
     held = acquire("dev", "run-a").xcom_value
     guard = RollbackUnprovenOperator(task_id="rollback", app_name="llm", cluster_conn_id="dev",
-                                     holds_release_lease=True)
+                                     holds_release_lease=True, release_lease=held)
     key = guard.target_impl.cluster_key()
     state = DeploymentState(LocalStore(clusters["dev"]), key, "llm")
     state.save_canary("run-a", {"canary": {"name": "llm-canary"}})
     ReleaseClusterLeaseOperator(task_id="release_cluster_lease", cluster_conn_id="dev").execute(context("run-a"))
     acquire("dev", "run-b")
     with pytest.raises(RollbackHeldError, match="held by raylift_deploy/run-b") as err:
-        guard.pre_execute(context("run-a", held))
+        guard.pre_execute(context("run-a"))
     hold = state.hold("run-a")
     assert hold is not None and hold["holder"] == "raylift_deploy/run-b" and hold["app"] == "llm"
     assert "llm-canary" in " ".join(hold["left_up"]) and "clearTaskInstances" in hold["to_run"]

@@ -14,20 +14,27 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 
 from raylift.errors import GateError, RayliftValueError
+from raylift.operators.base import TargetOperator
 
 APPROVAL_DEFAULTS = ("approve", "reject")
 
 
-class ReleaseApprovalOperator(ApprovalOperator):
-    """Ask a person to approve or reject a held release; the decision is this task's ``decision`` XCom.
+class ReleaseApprovalOperator(TargetOperator, ApprovalOperator):
+    """Ask a person to approve or reject a held release; the decision is this task's XCom, and replaces the gate's
+    in the run's ``release.json`` (what the run record keeps).
 
     Timeout and default answer come from the run's Params (``approval_timeout_minutes``,
-    ``approval_default``), read when the task starts."""
+    ``approval_default``), read when the task starts.
 
-    def __init__(self, **kwargs: Any) -> None:
+    :param decision: the gate's ``decision`` XCom (the held release's evidence)."""
+
+    template_fields = (*TargetOperator.template_fields, *ApprovalOperator.template_fields, "decision")
+
+    def __init__(self, *, decision: Any = None, **kwargs: Any) -> None:
         kwargs.setdefault("subject", "Promote the held release?")
         kwargs.setdefault("trigger_rule", "all_success")
         super().__init__(**kwargs)
+        self.decision = decision
 
     def execute(self, context: Any) -> Any:
         from raylift.config import APPROVAL_DEFAULT
@@ -40,7 +47,7 @@ class ReleaseApprovalOperator(ApprovalOperator):
             raise RayliftValueError(f"approval_default {default!r} is not one of {list(APPROVAL_DEFAULTS)}")
         self.response_timeout = timedelta(seconds=approval_timeout_s(params.get("approval_timeout_minutes")))
         self.defaults = [self.APPROVE if default == "approve" else self.REJECT]
-        decision = context["ti"].xcom_pull(task_ids="gate", key="decision") or {}
+        decision = self.decision if isinstance(self.decision, dict) else {}
         judgement = (decision.get("evidence") or {}).get("judgement")
         self.subject = (f"Release {context['run_id']} of app {params.get('app_name')!r} is {decision.get('verdict')}: "
                         "promote it?")
@@ -59,16 +66,19 @@ class ReleaseApprovalOperator(ApprovalOperator):
 
         answer = HITLOperator.execute_complete(self, context=context, event=event)  # validated, summary kept
         chosen = answer["chosen_options"][0]
-        held = context["ti"].xcom_pull(task_ids="gate", key="decision") or {}
+        from raylift.release.state import run_file
+
+        held = self.decision if isinstance(self.decision, dict) else {}
         evidence = evidence_from_record(held, approval="approve" if chosen == self.APPROVE else "reject")
         decision = decide(evidence)
         user = answer.get("responded_by_user")  # Airflow's HITLUser ({"id", "name"}); None: the timeout's default
         by = (user.get("name") or user.get("id")) if isinstance(user, dict) else (user or "the timeout's default")
         record = {**held, **decision.as_dict(), "approval": {"answer": chosen, "by": str(by),
                                                            "at": str(answer.get("responded_at"))}}
-        context["ti"].xcom_push(key="decision", value=record)  # the run record keeps it
+        app = str((context.get("params") or {}).get("app_name") or "")
+        self.state_for(app).store.write_json(run_file(context["run_id"], "release"), record)  # the run record's
         self.log.info("approval: %s by %s -> %s", chosen, by, decision.action)
         if decision.action != PROMOTE:
             raise GateError(f"Release rejected ({chosen} by {by}): " + "; ".join(decision.reasons)
                             + ". The rollback step removes the canary.")
-        return answer
+        return record

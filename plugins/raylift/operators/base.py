@@ -12,9 +12,6 @@ from airflow.sdk import BaseOperator
 
 from raylift.targets.base import Target
 
-#: the release's first step (``raylift.operators.profile``): its XCom names the image the release runs
-PROFILE_TASK_ID = "check_hardware_profile"
-
 
 def release_holder(context: Any) -> str:
     """Who holds a release's writer lease: the DAG run (every task of it, on any worker, and their retries)."""
@@ -37,17 +34,22 @@ class TargetOperator(BaseOperator):
     :param holds_release_lease: this task is part of a release that holds the cluster's writer lease
         (``raylift.operators.lease``): it renews the lease as the run's holder before it starts and while it
         runs, and its Serve-config writes are fenced by it; a lease lost to another writer fails the task first.
+    :param release_lease: ``acquire_cluster_lease``'s XCom (an XComArg in the DAG); None: the run never took it, so
+        nothing of this release was written and there is no lease to renew.
+    :param chosen_profile: ``check_hardware_profile``'s XCom (an XComArg in the DAG), whose image this step follows.
     """
 
-    template_fields: Sequence[str] = ("target", "target_options", "cluster_conn_id")
+    template_fields: Sequence[str] = ("target", "target_options", "cluster_conn_id", "chosen_profile", "release_lease")
 
     def __init__(self, *, target: str = "local", target_options: dict[str, Any] | None = None,
-                 cluster_conn_id: str | None = None, holds_release_lease: bool = False, **kwargs: Any):
+                 cluster_conn_id: str | None = None, holds_release_lease: bool = False, release_lease: Any = None,
+                 chosen_profile: Any = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.target = target
         self.target_options = target_options or {}
         self.cluster_conn_id = cluster_conn_id
-        self.holds_release_lease = holds_release_lease
+        self.holds_release_lease, self.release_lease = holds_release_lease, release_lease
+        self.chosen_profile = chosen_profile
         self._keeping: ExitStack | None = None
 
     def pre_execute(self, context: Any) -> None:
@@ -57,12 +59,9 @@ class TargetOperator(BaseOperator):
             self.renew_release_lease(context)
 
     def follow_release_image(self, context: Any) -> None:
-        """In a DAG whose ``check_hardware_profile`` step chose the image for the run's profile, this step builds,
-        rolls out or renders that image (``Target.release_image``), whatever the cluster's instances say by now."""
-        ti = context.get("ti")
-        if ti is None or self.task_id == PROFILE_TASK_ID or not self.has_dag() or not self.dag.has_task(PROFILE_TASK_ID):
-            return
-        record = ti.xcom_pull(task_ids=PROFILE_TASK_ID)
+        """Given the ``check_hardware_profile`` step's choice (``chosen_profile``, its XCom), this step builds, rolls
+        out or renders that image (``Target.release_image``), whatever the cluster's instances say by now."""
+        record = self.chosen_profile
         if isinstance(record, dict) and record.get("image"):
             self.target_impl.release_image = str(record["image"])
 
@@ -81,8 +80,7 @@ class TargetOperator(BaseOperator):
         target = self.target_impl
         manager = cluster_lease(target)
         holder = release_holder(context)
-        ti = context.get("ti")
-        if ti is not None and ti.xcom_pull(task_ids="acquire_cluster_lease") is None:
+        if self.release_lease is None:  # acquire_cluster_lease's XCom
             self.log.info("this run never took the cluster's writer lease (acquire_cluster_lease did not finish)")
             return  # nothing of this release was written; a write would take a lease of its own
         current = manager.current()

@@ -207,7 +207,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)
         plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {}) if release == "canary" else None
         out = running_result(config, name, self.target_impl.endpoint_url(), plan)
-        out.update(running_at=running_at.isoformat(), served_name=self.served)
+        out.update(running_at=running_at.isoformat(), served_name=self.served, serve_config=config)
         steps = deploy_steps_until(ti.xcom_pull(task_ids=self.task_id, key="deploy_steps"), running_at.timestamp())
         if steps:
             self.log.info("deploy step: %s", deploy_steps_line(steps))

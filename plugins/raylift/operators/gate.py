@@ -37,7 +37,8 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     ``approve_release`` (hold), or fail so that ``rollback`` runs. The decision is this task's XCom.
 
     :param app_name: the Serve application released.
-    :param deployed: the deploy task's XCom (release kind, endpoints).
+    :param deployed: the deploy task's XCom (release kind, endpoints, the Serve config it wrote).
+    :param benchmark: the benchmark task's XCom (``skipped`` for an app with no OpenAI API).
     :param slos: absolute limits (``raylift.release.gates``).
     :param max_regression: the tolerance of each metric's change against the baseline (a fraction).
     :param regression_confidence: confidence of each metric's interval.
@@ -48,7 +49,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
 
     template_fields = (
         *TargetOperator.template_fields,
-        "app_name", "deployed", "slos", "max_regression", "regression_confidence", "on_inconclusive",
+        "app_name", "deployed", "benchmark", "slos", "max_regression", "regression_confidence", "on_inconclusive",
         "max_cumulative_regression", "regression_baseline", "approval_timeout_minutes",
     )
 
@@ -57,6 +58,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         *,
         app_name: str = DEFAULT_APP_NAME,
         deployed: Any = None,
+        benchmark: Any = None,
         slos: dict[str, Any] | None = None,
         max_regression: float | str | None = None,
         regression_confidence: float | str | None = None,
@@ -68,6 +70,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.app_name, self.deployed, self.slos = app_name, deployed, slos or {}
+        self.benchmark = benchmark
         self.max_regression, self.regression_confidence = max_regression, regression_confidence
         self.on_inconclusive = on_inconclusive
         self.max_cumulative_regression = max_cumulative_regression
@@ -89,16 +92,16 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         }
 
     def evidence(self, context: Any) -> Gathered:
-        """What the gate judges (``raylift.release.evidence.Gathered``): this run's Params, store and XComs."""
+        """What the gate judges (``raylift.release.evidence.Gathered``): this run's Params, store and upstream XComs."""
         from raylift.release.evidence import checked, gather
 
         settings = checked(self.settings())
         state = self.state_for(str(self.app_name))
-        skipped = (context["ti"].xcom_pull(task_ids="benchmark") or {}).get("skipped")
-        config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
-        return gather(state, context["run_id"], self.deployed if isinstance(self.deployed, dict) else {}, settings,
-                      self.slos if isinstance(self.slos, dict) else {}, app_name=str(self.app_name),
-                      skipped=skipped, serve_config=config, asked_by=asked_by(context))
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        skipped = (self.benchmark if isinstance(self.benchmark, dict) else {}).get("skipped")
+        return gather(state, context["run_id"], deployed, settings, self.slos if isinstance(self.slos, dict) else {},
+                      app_name=str(self.app_name), skipped=skipped, serve_config=deployed.get("serve_config"),
+                      asked_by=asked_by(context))
 
     def choose_branch(self, context: Any) -> str:
         from raylift.release.decision import HOLD, PROMOTE, decide

@@ -25,14 +25,17 @@ class PromoteReleaseOperator(TargetOperator):
     """Promote the release the gate (or the approval) decided to promote.
 
     :param app_name: the Serve application released.
-    :param deployed: the deploy task's XCom (release kind).
+    :param deployed: the deploy task's XCom (release kind, the Serve config it wrote).
+    :param decision: the gate's ``decision`` XCom.
+    :param approval: the approval step's XCom: its decision when the gate held the release, else None (skipped).
     :param surge_replicas: the replicas the promotion's rollout starts beside the old ones (start-before-stop).
     :param timeout_s: how long to wait for the app to be RUNNING on the candidate.
     :param deferrable: free the worker slot while Serve rolls out (None: Airflow's default)."""
 
-    template_fields = (*TargetOperator.template_fields, "app_name", "deployed", "surge_replicas")
+    template_fields = (*TargetOperator.template_fields, "app_name", "deployed", "decision", "approval", "surge_replicas")
 
-    def __init__(self, *, app_name: str = DEFAULT_APP_NAME, deployed: Any = None,
+    def __init__(self, *, app_name: str = DEFAULT_APP_NAME, deployed: Any = None, decision: Any = None,
+                 approval: Any = None,
                  surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS, timeout_s: float = DEPLOY_TIMEOUT_S,
                  deferrable: bool | None = None, **kwargs: Any) -> None:
         from raylift.config import default_deferrable
@@ -40,13 +43,12 @@ class PromoteReleaseOperator(TargetOperator):
         kwargs.setdefault("trigger_rule", "none_failed_min_one_success")  # after the gate, or after an approval
         super().__init__(**kwargs)
         self.app_name, self.deployed, self.surge_replicas = app_name, deployed, surge_replicas
+        self.decision, self.approval = decision, approval
         self.timeout_s = timeout_s
         self.deferrable = default_deferrable(deferrable)
 
     def _decision(self, context: Any) -> dict[str, Any]:
-        ti = context["ti"]
-        decision = ti.xcom_pull(task_ids="approve_release", key="decision") or ti.xcom_pull(
-            task_ids="gate", key="decision")
+        decision = self.approval or self.decision  # a person's answer to a held release stands over the hold
         if not decision or decision.get("action") != "promote":
             raise GateError(f"promote: the release decision is {decision and decision.get('action')!r}, not promote; "
                             "nothing is promoted")
@@ -63,8 +65,7 @@ class PromoteReleaseOperator(TargetOperator):
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         name, run_id = str(self.app_name), context["run_id"]
         if deployed.get("release") != "canary":
-            config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
-            return self._record(context, config, decision)
+            return self._record(context, deployed.get("serve_config"), decision)
         state = self.state_for(name)
         plan = CanaryPlan.from_dict(state.canary(run_id) or {})
         target = self.target_impl

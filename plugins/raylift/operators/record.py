@@ -13,8 +13,9 @@ class RunRecordOperator(TargetOperator):
     """Runs even when an upstream task failed (trigger rule all_done), so failures leave a record too. When every
     step produced its result (the run passed), it also resumes the cluster's redeploys a teardown paused.
 
-    :param parts: what goes into ``record.json``: the templated XCom pulls of the artifact, model, deploy,
-        smoke and benchmark tasks (None where a task left nothing); the applied Serve config is added."""
+    :param parts: what goes into ``record.json``: the XComArgs of the artifact, model, deploy, smoke, benchmark and
+        promote tasks (None where a task left nothing); the applied Serve config (the deploy's) and the release
+        decision (the run's ``release.json``) are added."""
 
     template_fields = (*TargetOperator.template_fields, "parts")
 
@@ -29,12 +30,20 @@ class RunRecordOperator(TargetOperator):
         from raylift.run_record import build_record
         from raylift.store import open_store
 
-        config = context["ti"].xcom_pull(task_ids="deploy", key="serve_config")
+        target = self.target_impl
+        if target.cluster_identity:  # the store of release state, as TargetOperator.state_for opens it
+            store = target.state_store()
+        else:
+            store = open_store(target.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
+        deployed = self.parts.get("deployed")
+        config = deployed.get("serve_config") if isinstance(deployed, dict) else None
         record = build_record(
             run_id=context["run_id"],
             target=self.target,
             params=dict(context["params"]),
-            parts={**self.parts, "serve_config": config},
+            # the release decision: the gate's, or the approval's answer to a held one (the run's release.json)
+            parts={**self.parts, "release": store.read_json(run_file(context["run_id"], "release")),
+                   "serve_config": config},
             triggered_at=getattr(context.get("dag_run"), "run_after", None),
         )
         timings = record["cold_start"]
@@ -42,11 +51,6 @@ class RunRecordOperator(TargetOperator):
             "cold start: trigger → RUNNING %s s, trigger → first token %s s",
             timings["trigger_to_running_s"], timings["trigger_to_first_token_s"],
         )
-        target = self.target_impl
-        if target.cluster_identity:  # the store of release state, as TargetOperator.state_for opens it
-            store = target.state_store()
-        else:
-            store = open_store(target.state_uri(), aws_conn_id=self.target_options.get("aws_conn_id"))
         key = run_file(context['run_id'], "record")
         store.write_json(key, record)
         uri = store.child_uri(key)
