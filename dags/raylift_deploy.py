@@ -115,7 +115,7 @@ with DAG(
         on_inconclusive="{{ params.on_inconclusive }}",
         max_cumulative_regression="{{ params.max_cumulative_regression }}",
         regression_baseline="{{ params.regression_baseline }}",
-        approval_timeout_minutes="{{ params.approval_timeout_minutes }}",
+        approval="{{ params.approval }}",
         **RELEASE,
     )
     # only when the gate holds the release

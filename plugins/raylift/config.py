@@ -323,13 +323,16 @@ PARAM_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "release": "canary", "max_regression": DEFAULT_MAX_REGRESSION,
     "max_cumulative_regression": DEFAULT_MAX_CUMULATIVE_REGRESSION,
     "regression_confidence": DEFAULT_REGRESSION_CONFIDENCE, "on_inconclusive": DEFAULT_ON_INCONCLUSIVE,
-    "approval_timeout_minutes": APPROVAL_TIMEOUT_MINUTES, "approval_default": APPROVAL_DEFAULT,
+    # what a held release (on_inconclusive: hold) waits for: one object, since it matters only then
+    "approval": {"timeout_minutes": APPROVAL_TIMEOUT_MINUTES, "default": APPROVAL_DEFAULT},
     "regression_baseline": "last_good",
 })
 # Params that raylift_deploy no longer has, and what to pass instead: a run that still names one is refused by its
 # first step (before anything is built or deployed), never silently ignored.
 REMOVED_PARAMS: Mapping[str, str] = MappingProxyType({
     "regression_strict": "on_inconclusive: fail (what regression_strict: true meant; false is the default's 'pass')",
+    "approval_timeout_minutes": 'approval: {"timeout_minutes": N}',
+    "approval_default": 'approval: {"default": "approve" or "reject"}',
 })
 
 

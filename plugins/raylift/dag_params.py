@@ -37,7 +37,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Benchmark": ("benchmark_profile", "concurrency", "requests_per_level", "max_seconds_per_level", "cost", "sweep",
                   "warmup_requests", "slos"),
     "Release": ("release", "max_regression", "max_cumulative_regression", "regression_confidence", "on_inconclusive",
-                "approval_timeout_minutes", "approval_default", "regression_baseline"),
+                "approval", "regression_baseline"),
 }
 SECTION_OF = {name: section for section, names in SECTIONS.items() for name in names}
 
@@ -242,13 +242,13 @@ def deploy_params() -> dict[str, Param]:
             "API), pass (promote; the anchor stays), fail (roll back). raylift_redeploy passes "
             f"{SCHEDULED_ON_INCONCLUSIVE} (nobody is there to answer a hold)",
         ),
-        "approval_timeout_minutes": param(
-            param_default("approval_timeout_minutes"), type="number", exclusiveMinimum=0, maximum=1440,
-            description="How long a held release waits for a person before approval_default applies",
-        ),
-        "approval_default": param(
-            param_default("approval_default"), type="string", enum=["approve", "reject"],
-            description="A held release's outcome when nobody answers in time",
+        "approval": param(
+            param_default("approval"), type="object", additionalProperties=False,
+            properties={"timeout_minutes": {"type": "number", "exclusiveMinimum": 0, "maximum": 1440},
+                        "default": {"type": "string", "enum": ["approve", "reject"]}},
+            description="A held release (on_inconclusive: hold): how long it waits for a person (timeout_minutes), "
+            "and its outcome when nobody answers in time (default: approve or reject); a key left out keeps its "
+            "default",
         ),
         "regression_baseline": param(
             param_default("regression_baseline"), type="string", enum=["last_good", "none"],

@@ -21,7 +21,7 @@ DEPLOY = "raylift_deploy"
 HELD = {
     "release": "canary", "regression_baseline": "last_good", "on_inconclusive": "hold",
     "max_regression": 0.0, "regression_confidence": 0.999, "max_cumulative_regression": 10,
-    "requests_per_level": 8, "concurrency": [1], "approval_timeout_minutes": 30,
+    "requests_per_level": 8, "concurrency": [1], "approval": {"timeout_minutes": 30},
 }
 RUN_TIMEOUT_S = 900
 

@@ -69,8 +69,9 @@ def test_unknown_target_is_refused_by_the_params_form() -> None:
         ({"release": "blue-green"}, "release"),
         ({"on_inconclusive": "maybe"}, "on_inconclusive"),
         ({"max_cumulative_regression": -0.1}, "max_cumulative_regression"),
-        ({"approval_timeout_minutes": 0}, "approval_timeout_minutes"),
-        ({"approval_default": "ignore"}, "approval_default"),
+        ({"approval": {"timeout_minutes": 0}}, "approval"),
+        ({"approval": {"default": "ignore"}}, "approval"),
+        ({"approval": {"timeout": 5}}, "approval"),
     ],
 )
 def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> None:
@@ -81,7 +82,8 @@ def test_params_reject_bad_values_naming_the_field(conf: dict, field: str) -> No
 def test_good_params_validate() -> None:
     validate({"replicas": 1, "workers": 0, "concurrency": [1, 8]})
     validate({"release": "direct", "on_inconclusive": "fail", "max_cumulative_regression": 0.2,
-              "approval_timeout_minutes": 5, "approval_default": "approve"})
+              "approval": {"timeout_minutes": 5, "default": "approve"}})
+    validate({"approval": {"timeout_minutes": 5}})  # the other key keeps its default
 
 
 def test_the_inferentia2_llmperf_run_is_one_trigger_away() -> None:
@@ -179,3 +181,8 @@ def test_a_run_naming_a_removed_param_is_refused_by_its_first_step() -> None:
     with pytest.raises(RayliftValueError, match=r"no longer has: regression_strict \(pass on_inconclusive: fail"):
         op.execute({"dag_run": run})
     assert op.execute({"dag_run": SimpleNamespace(conf={"served_name": "m"})})["serve_config"] == "llm-cpu.yaml"
+    # the flat approval Params became one object: an old conf is told the new spelling
+    old = SimpleNamespace(conf={"approval_timeout_minutes": 5, "approval_default": "approve"})
+    with pytest.raises(RayliftValueError, match=r'approval_timeout_minutes \(pass approval: \{"timeout_minutes": N\}\);'
+                       r' approval_default \(pass approval: \{"default"'):
+        op.execute({"dag_run": old})

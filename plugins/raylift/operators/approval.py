@@ -1,8 +1,8 @@
 """A held release waits for a person: Airflow's own approval step (Required Actions in the UI, or the REST API).
 
 The gate holds an inconclusive release when ``on_inconclusive`` is ``hold``. This is the standard provider's
-``ApprovalOperator`` with the release's evidence as its body; the answer (or, after ``approval_timeout_minutes``,
-the ``approval_default``) goes back through :func:`raylift.release.decide`, which stays the one owner of the
+``ApprovalOperator`` with the release's evidence as its body; the answer (or, after the ``approval`` Param's
+``timeout_minutes``, its ``default``) goes back through :func:`raylift.release.decide`, which stays the one owner of the
 decision: approve → the ``promote`` step; reject → this task fails and the ``rollback`` step removes the canary.
 """
 
@@ -23,8 +23,8 @@ class ReleaseApprovalOperator(TargetOperator, ApprovalOperator):
     """Ask a person to approve or reject a held release; the decision is this task's XCom, and replaces the gate's
     in the run's ``release.json`` (what the run record keeps).
 
-    Timeout and default answer come from the run's Params (``approval_timeout_minutes``,
-    ``approval_default``), read when the task starts.
+    Timeout and default answer come from the run's ``approval`` Param (``timeout_minutes``, ``default``), read when
+    the task starts.
 
     :param decision: the gate's ``decision`` XCom (the held release's evidence)."""
 
@@ -39,13 +39,14 @@ class ReleaseApprovalOperator(TargetOperator, ApprovalOperator):
     def execute(self, context: Any) -> Any:
         from raylift.config import APPROVAL_DEFAULT
         from raylift.measure.judgement import format_judgement
-        from raylift.operators.gate import approval_timeout_s
+        from raylift.release.evidence import approval_setting, approval_timeout_s
 
         params = context.get("params") or {}
-        default = str(params.get("approval_default") or APPROVAL_DEFAULT)
+        approval = params.get("approval")
+        default = str(approval_setting(approval, "default") or APPROVAL_DEFAULT)
         if default not in APPROVAL_DEFAULTS:
-            raise RayliftValueError(f"approval_default {default!r} is not one of {list(APPROVAL_DEFAULTS)}")
-        self.response_timeout = timedelta(seconds=approval_timeout_s(params.get("approval_timeout_minutes")))
+            raise RayliftValueError(f"approval.default {default!r} is not one of {list(APPROVAL_DEFAULTS)}")
+        self.response_timeout = timedelta(seconds=approval_timeout_s(approval_setting(approval, "timeout_minutes")))
         self.defaults = [self.APPROVE if default == "approve" else self.REJECT]
         decision = self.decision if isinstance(self.decision, dict) else {}
         judgement = (decision.get("evidence") or {}).get("judgement")

@@ -24,7 +24,13 @@ from raylift.errors import GateError
 from raylift.operators.base import TargetOperator
 
 # what the approval step imports from here (its evidence and timeout are the gate's, kept in raylift.release)
-from raylift.release.evidence import REGRESSION_BASELINES, Gathered, approval_timeout_s, evidence_from_record
+from raylift.release.evidence import (
+    REGRESSION_BASELINES,
+    Gathered,
+    approval_setting,
+    approval_timeout_s,
+    evidence_from_record,
+)
 
 __all__ = ["APPROVE_TASK", "PROMOTE_TASK", "REGRESSION_BASELINES", "ReleaseGateOperator", "approval_timeout_s",
            "asked_by", "evidence_from_record"]
@@ -45,12 +51,13 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
     :param on_inconclusive: ``hold`` (ask for approval), ``pass`` (promote, not as an anchor) or ``fail``.
     :param max_cumulative_regression: the largest slowdown allowed since the anchor, releases chained.
     :param regression_baseline: ``last_good`` (judge against the anchor's chain) or ``none`` (start a new one).
-    :param approval_timeout_minutes: how long a hold waits for a person (also how long the lease is kept)."""
+    :param approval: the ``approval`` Param: ``timeout_minutes``, how long a hold waits for a person (also how long
+        the lease is kept)."""
 
     template_fields = (
         *TargetOperator.template_fields,
         "app_name", "deployed", "benchmark", "slos", "max_regression", "regression_confidence", "on_inconclusive",
-        "max_cumulative_regression", "regression_baseline", "approval_timeout_minutes",
+        "max_cumulative_regression", "regression_baseline", "approval",
     )
 
     def __init__(
@@ -65,7 +72,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         on_inconclusive: str | None = None,
         max_cumulative_regression: float | str | None = None,
         regression_baseline: str | None = None,
-        approval_timeout_minutes: float | str | None = None,
+        approval: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -75,7 +82,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         self.on_inconclusive = on_inconclusive
         self.max_cumulative_regression = max_cumulative_regression
         self.regression_baseline = regression_baseline
-        self.approval_timeout_minutes = approval_timeout_minutes
+        self.approval = approval
         self._hold = False
 
     def settings(self) -> dict[str, Any]:
@@ -136,7 +143,7 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         current = manager.current()
         if current is None or current.holder != release_holder(context):
             return  # the next step finds out and fails before it writes
-        ttl = approval_timeout_s(self.approval_timeout_minutes) + RELEASE_LEASE_TTL_S
+        ttl = approval_timeout_s(approval_setting(self.approval, "timeout_minutes")) + RELEASE_LEASE_TTL_S
         manager.renew(Lease(current.token, current.holder, current.expires_at), ttl)
         self.log.info("the cluster's lease is kept for %.0f s: the approval's timeout plus the lease's TTL", ttl)
 

@@ -192,8 +192,18 @@ def approval_timeout_s(minutes: Any) -> float:
 
     value = APPROVAL_TIMEOUT_MINUTES if minutes in (None, "") else float(minutes)
     if value <= 0:
-        raise RayliftValueError(f"approval_timeout_minutes must be > 0, got {minutes!r}")
+        raise RayliftValueError(f"approval.timeout_minutes must be > 0, got {minutes!r}")
     return value * 60
+
+
+def approval_setting(approval: Any, key: str) -> Any:
+    """One key of the ``approval`` Param (``timeout_minutes``, ``default``), None when left out (its default
+    applies); RayliftValueError naming the Param when it is not an object of those keys."""
+    if approval in (None, "", "None"):
+        return None
+    if not isinstance(approval, dict) or not set(approval) <= {"timeout_minutes", "default"}:
+        raise RayliftValueError(f"approval must be an object of timeout_minutes and default, got {approval!r}")
+    return approval.get(key)
 
 
 def _pct(value: float | None) -> str:
