@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
-from raylift.errors import DeployError
 from raylift.operators.base import TargetOperator
 from raylift.operators.baseline import FreshBaselineMixin
 from raylift.operators.cold_start import ColdStartMixin
@@ -21,8 +20,7 @@ from raylift.serve.cold_start import DeploySteps
 
 
 class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
-    """Apply one Serve application's config through the target's Serve API and defer until it is RUNNING;
-    on DEPLOY_FAILED restore the app's last good config (see the module docstring for the order).
+    """Start one Serve application's release through the target's Serve API and defer until it is RUNNING.
 
     :param artifact: the build step's ``Artifact`` (its XCom): the ``working_dir`` the app runs from.
     :param model: the stage step's ``StagedModel`` (its XCom): the model URI the app loads.
@@ -105,10 +103,8 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         return str(self.served_name)
 
     def hardware_profile(self) -> tuple[str, dict[str, Any]]:
-        """The Serve config file this run deploys, and its contents: ``auto`` follows the cluster's instances, a
-        named one is checked against them (``HardwareProfileError`` naming the instance, what it has, what the
-        profile needs and what to set). Before anything is applied: ``render`` is the deploy's first step (the run's
-        ``check_hardware_profile`` step asked the same before the build and the scale)."""
+        """The Serve config file this run deploys, and its contents (``raylift.operators.profile.choose_profile``:
+        refused before anything is applied when the cluster's instances cannot run it)."""
         from raylift.operators.profile import choose_profile
 
         name, base, _ = choose_profile(self.target_impl, str(self.serve_config or ""), self.log)
@@ -130,8 +126,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         """A direct release's fit check at its rollout's peak; whether it is stop-before-start (the app goes dark)."""
         from raylift.release.start import check_release_fits
 
-        return check_release_fits("direct", app, current, str(self.app_name), self.surge, self.check_fit,
-                                  log=self.log)
+        return check_release_fits("direct", app, current, str(self.app_name), self.surge, self.check_fit, log=self.log)
 
     def cluster_defaults(self) -> dict[str, Any]:
         """Cluster-wide Serve options for a first config: the profile's, then where the target's Serve listens."""
@@ -188,20 +183,14 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         from datetime import UTC, datetime
 
         from raylift.release.canary import CanaryPlan
-        from raylift.release.start import running_result
+        from raylift.release.start import deploy_failed, running_result
         from raylift.serve.cold_start import deploy_steps_line, deploy_steps_until
 
         ti, name = context["ti"], str(self.app_name)
         config = ti.xcom_pull(task_ids=self.task_id, key="serve_config")
         release = ti.xcom_pull(task_ids=self.task_id, key="release") or "direct"
         if event.get("status") != "success":
-            raise DeployError(
-                f"Serve app {event.get('app') or name!r} did not deploy "
-                f"({event.get('app_status') or event.get('status')}): {event.get('message', 'unknown')}\n"
-                + ("The canary never took user traffic; the rollback step removes it. " if release == "canary"
-                   else "The rollback step restores what served before this run. ")
-                + "Fix the app/config and redeploy."
-            )
+            raise deploy_failed(event, name, release)
         self.log.info("Serve apps RUNNING: %s", event.get("apps"))
         seen = event.get("seen_at")  # when the wait saw RUNNING; resuming the task takes a while after it
         running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from raylift.errors import DeployError
 from raylift.release.canary import CanaryPlan, canary_name, plan_or_resume, with_canary
 from raylift.release.rollout import check_rollout_fits, with_native_surge
 from raylift.release.state import DeploymentState
@@ -126,3 +127,14 @@ def running_result(config: dict[str, Any], app_name: str, endpoint: str, canary:
         out.update(endpoint=app_url(endpoint, canary.canary), canary_app=canary.canary["name"],
                    route_prefix=canary.canary["route_prefix"])
     return out
+
+
+def deploy_failed(event: dict[str, Any], app_name: str, kind: str) -> DeployError:
+    """Serve's own word on a release that never ran (the wait's event), and what happens next."""
+    return DeployError(
+        f"Serve app {event.get('app') or app_name!r} did not deploy "
+        f"({event.get('app_status') or event.get('status')}): {event.get('message', 'unknown')}\n"
+        + ("The canary never took user traffic; the rollback step removes it. " if kind == "canary"
+           else "The rollback step restores what served before this run. ")
+        + "Fix the app/config and redeploy."
+    )
