@@ -85,13 +85,17 @@ def render_deploy(dag: Any, conf: dict[str, Any]) -> ServeDeployOperator:
     fields rendered by the DAG's own template environment (native objects)."""
     import copy
 
+    from airflow.sdk.definitions.xcom_arg import XComArg
+
     params = copy.deepcopy(dag.params)
     params.update(conf)  # as a DagRun's conf is merged over the DAG's Params
     context = {"params": params.validate()}
     task = dag.get_task("deploy")
     env = dag.get_template_env()
+    # the upstream steps' XComs (artifact, model, the chosen profile, the lease) are not the Params': given below, or
+    # None as when those steps left nothing
     values = {f: task.render_template(getattr(task, f), context, env) for f in task.template_fields
-              if f not in ("artifact", "model")}  # fmt: skip
+              if not isinstance(getattr(task, f), XComArg)}  # fmt: skip
     return ServeDeployOperator(
         task_id="deploy", artifact={"digest": "d", "working_dir": "s3://bucket/artifacts/d.zip"},
         model={"model_id": "m", "revision": "r", "uri": "s3://bucket/models/m", "manifest_uri": "s3://bucket/m.json"},

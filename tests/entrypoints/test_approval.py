@@ -66,7 +66,7 @@ def test_a_held_release_is_approved_and_promoted_and_another_rejected_and_remove
     answer(airflow, "held_approved", "Approve")
     run = airflow.wait_run(DEPLOY, "held_approved", timeout_s=RUN_TIMEOUT_S)
     assert run["state"] == "success", airflow.failure_report(DEPLOY, "held_approved")
-    decision = airflow.xcom(DEPLOY, "held_approved", "approve_release", key="decision")
+    decision = airflow.xcom(DEPLOY, "held_approved", "approve_release")  # its XCom: what promote read
     assert decision["action"] == "promote" and decision["approval"]["answer"] == "Approve", decision
     assert decision["becomes_anchor"] is False  # an approved inconclusive release never becomes the anchor
     apps = serve_apps(airflow)
