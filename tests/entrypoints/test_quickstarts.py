@@ -68,7 +68,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -671,7 +671,10 @@ def test_the_compose_quick_start_deploys_on_the_ray_target(quick: QuickStart, lo
     assert rest.returncode == 0, rest.stdout[-2000:] + rest.stderr[-2000:]
     assert re.search(rf"{re.escape(run_id)}\s*\|\s*success\b", rest.stdout), rest.stdout[-2000:]
     models = json.loads(rest.stdout[rest.stdout.index('{"object"'):].splitlines()[0])  # the docs' curl
-    assert [m["id"] for m in models["data"]] == [run["conf"]["served_name"]], models
+    # the conf leaves served_name to be derived: the model folder's own name, as the docs' comment promises
+    expected = run["conf"].get("served_name") or PurePosixPath(run["conf"]["model_source"]).name
+    assert expected == "tiny-llama", run["conf"]
+    assert [m["id"] for m in models["data"]] == [expected], models
     tasks = quick.server.task_states(DAG, run_id)
     assert tasks["deploy"] == tasks["smoke_test"] == tasks["benchmark"] == "success", tasks
     # the same app config again: Serve kept its replica (this module's one engine start is the REST quick start's)
