@@ -248,3 +248,20 @@ def test_the_release_plan_chooses_canary_only_for_a_code_change_of_a_serving_app
     assert in_place.kind == "direct" and "restarts no replica" in in_place.why
     with pytest.raises(RayliftValueError, match=r"'release' must be one of \['canary', 'direct'\], got 'blue'"):
         plan_release("blue", "llm", serving, new_weights)
+
+
+def test_a_change_the_serving_cluster_cannot_run_is_planned_blue_green_unless_direct_is_asked_for() -> None:
+    """A new image/runtime is never a canary on the old cluster (which would judge the old image): blue/green, for
+    a serving app and for an unchanged app entry alike (the cluster under it changes); release: direct says the
+    outage it takes."""
+    from raylift.release.plan import plan_release
+
+    serving = {"name": "llm", "import_path": "app:build", "deployments": [{"name": "LLMServer", "num_replicas": 1}]}
+    change = "the runtime lock moved (a1b2 -> c3d4)"
+    for candidate in (serving, {**serving, "args": {"model": "/store/b"}}):
+        plan = plan_release("canary", "llm", serving, candidate, cluster_change=change)
+        assert plan.kind == "blue_green" and change in plan.why, plan
+    assert plan_release(None, "llm", None, serving, cluster_change=change).kind == "blue_green"
+    direct = plan_release("direct", "llm", serving, serving, cluster_change=change)
+    assert direct.kind == "direct" and "announced outage" in direct.why, direct
+    assert plan_release("canary", "llm", serving, serving).kind == "direct"  # no cluster change: nothing restarts

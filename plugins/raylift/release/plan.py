@@ -4,6 +4,12 @@
 there is nothing to judge beside (a first deploy) or nothing that restarts a replica (a replica count, an
 autoscaling bound: Serve applies it in place). ``release: direct`` is always direct, and judged against the anchor
 (:mod:`raylift.release.decision`). The deploy operator carries the plan out; it does not choose.
+
+A change the serving cluster cannot run (a new image, Ray or vLLM version, runtime or node shape: the target names
+it, ``cluster_change``) needs a second cluster: ``blue_green``, the candidate judged on a new cluster beside the
+serving one and the endpoint switched only when the gate promotes. A canary on the serving cluster would judge the
+old image, and an in-place change of the cluster stops every app on it: ``release: direct`` keeps that (an announced
+outage, said as such).
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from typing import Any, Literal
 from raylift.errors import RayliftValueError
 from raylift.release.rollout import restarts_replicas
 
-ReleaseKind = Literal["canary", "direct"]
-RELEASES: tuple[ReleaseKind, ...] = ("canary", "direct")
+ReleaseKind = Literal["canary", "direct", "blue_green"]
+RELEASES: tuple[ReleaseKind, ...] = ("canary", "direct")  # what the ``release`` Param may ask for
 
 
 @dataclass(frozen=True)
@@ -27,8 +33,9 @@ class ReleasePlan:
 
 
 def plan_release(requested: object, app_name: str, serving: dict[str, Any] | None,
-                 candidate: dict[str, Any]) -> ReleasePlan:
-    """The release ``candidate`` gets against the app entry that serves now (``serving``; None: none does).
+                 candidate: dict[str, Any], *, cluster_change: str | None = None) -> ReleasePlan:
+    """The release ``candidate`` gets against the app entry that serves now (``serving``; None: none does), when
+    ``cluster_change`` (None: the serving cluster runs it) says why it needs a new cluster.
 
     :raises RayliftValueError: ``requested`` is not one of :data:`RELEASES`."""
     release = str(requested or "canary")
@@ -36,7 +43,11 @@ def plan_release(requested: object, app_name: str, serving: dict[str, Any] | Non
         raise RayliftValueError(f"'release' must be one of {list(RELEASES)}, got {release!r}: 'canary' judges a "
                                 "changed app beside the serving one, 'direct' applies it to the app itself.")
     if release == "direct":
-        return ReleasePlan("direct", "release: direct, asked for")
+        outage = f"; {cluster_change}: the cluster is replaced in place, an announced outage" if cluster_change else ""
+        return ReleasePlan("direct", f"release: direct, asked for{outage}")
+    if cluster_change:
+        return ReleasePlan("blue_green", f"{cluster_change}: app {app_name!r} is judged on a new cluster beside the "
+                                         "serving one, which takes user traffic until the gate promotes it")
     if serving is None:
         return ReleasePlan("direct", f"app {app_name!r} is not serving: a first deploy, applied directly (no "
                                      "canary to compare)")
