@@ -45,6 +45,8 @@ TARGET_OPTIONS: dict[str, dict[str, str]] = {
         "ecs_worker_service": "worker_service",
         "cloudmap_namespace": "cloud_map_namespace",
         "cloudmap_service": "cloud_map_service",
+        # the user endpoint's Cloud Map service, which a blue/green release moves at its switch
+        "cloudmap_endpoint_service": "endpoint_cloud_map_service",
         "gpus_per_node": "gpus_per_node",
         # the model staging task beside the cluster (null without the stack's staging_image: in_worker below)
         "ecs_staging_task_definition": "staging_task_definition",

@@ -43,6 +43,10 @@ class ClusterNotReadyError(ClusterError):
     """The Ray cluster did not reach the expected nodes/resources in time."""
 
 
+class ClusterCapacityError(ClusterError):
+    """A second cluster (a blue/green release's green) does not fit beside the running one; nothing was started."""
+
+
 class DeployError(RayliftError):
     """A Serve deploy was refused or an application went DEPLOY_FAILED."""
 

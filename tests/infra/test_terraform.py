@@ -121,7 +121,9 @@ def test_airflow_policy_narrows_its_wildcards() -> None:
     # "*" only where the API has no resource-level permissions, or narrowed by a condition
     unconditioned = {a for s in statements if '"*"' in s.get("resources", []) and "condition" not in s for a in s["actions"]}
     assert unconditioned == {'"application-autoscaling:DescribeScalableTargets"', '"autoscaling:DescribeAutoScalingGroups"',
-                             '"ec2:DescribeInstanceTypes"', '"ec2:DescribeInstances"', '"ecs:DescribeTaskDefinition"'}
+                             '"ec2:DescribeInstanceTypes"', '"ec2:DescribeInstances"', '"ecs:DescribeTaskDefinition"',
+                             # Cloud Map's list calls (a blue/green release finds the endpoint and green-head services)
+                             '"servicediscovery:ListNamespaces"', '"servicediscovery:ListServices"'}
 
 
 def test_model_bucket_is_versioned_encrypted_tiered_and_private() -> None:

@@ -142,10 +142,97 @@ def image_repository(image: str) -> str:
     return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
 
 
+def _env_has(container: dict[str, Any], environment: dict[str, str]) -> bool:
+    """Whether a container definition sets every variable of ``environment`` to its value."""
+    have = {e.get("name"): e.get("value") for e in container.get("environment") or []}
+    return all(have.get(k) == v for k, v in environment.items())
+
+
+def _with_env(container: dict[str, Any], environment: dict[str, str]) -> list[dict[str, str]]:
+    """A container definition's ``environment`` list with ``environment``'s variables set (order kept)."""
+    have = [e for e in container.get("environment") or [] if e.get("name") not in environment]
+    return have + [{"name": k, "value": v} for k, v in environment.items()]
+
+
+def container_env(task_definition: dict[str, Any], repository_uri: str, name: str) -> str | None:
+    """The value of variable ``name`` in the first container of ``task_definition`` running an image of
+    ``repository_uri`` (Ray's container), or None."""
+    for c in task_definition.get("containerDefinitions") or []:
+        if image_repository(c.get("image", "")) == repository_uri:
+            for e in c.get("environment") or []:
+                if e.get("name") == name:
+                    return str(e.get("value"))
+    return None
+
+
 def _failures(reply: dict[str, Any]) -> str:
     """A Describe* reply's failures as ``id (reason), ...``."""
     failures = reply.get("failures") or []
     return ", ".join(f"{f.get('arn', '?').split('/')[-1]} ({f.get('reason')})" for f in failures)
+
+
+# -- a blue/green release's second pair of services (raylift.targets.ecs_blue_green) -----------------------------
+SERVICE_COPIED = (  # what a green service copies from its blue one, as CreateService takes it
+    "networkConfiguration", "capacityProviderStrategy", "placementConstraints", "placementStrategy",
+    "deploymentConfiguration", "enableExecuteCommand", "propagateTags", "enableECSManagedTags", "platformVersion",
+)
+
+
+@dataclass(frozen=True)
+class TaskResources:
+    """What a task reserves on a container instance, or what one has left: CPU units, MiB, GPUs."""
+
+    cpu: int = 0
+    memory: int = 0
+    gpu: int = 0
+
+    def fits_in(self, free: TaskResources) -> bool:
+        return self.cpu <= free.cpu and self.memory <= free.memory and self.gpu <= free.gpu
+
+    def __add__(self, other: TaskResources) -> TaskResources:
+        return TaskResources(self.cpu + other.cpu, self.memory + other.memory, self.gpu + other.gpu)
+
+    def __sub__(self, other: TaskResources) -> TaskResources:
+        return TaskResources(self.cpu - other.cpu, self.memory - other.memory, self.gpu - other.gpu)
+
+    def __str__(self) -> str:
+        return f"CPU {self.cpu} units, memory {self.memory} MiB, GPU {self.gpu}"
+
+
+@dataclass(frozen=True)
+class ContainerCapacity:
+    """One ACTIVE container instance: its EC2 instance, what it registered and what ECS says is left on it."""
+
+    arn: str
+    ec2_instance_id: str
+    registered: TaskResources
+    remaining: TaskResources
+
+
+def _resources(entries: list[dict[str, Any]]) -> TaskResources:
+    """``registeredResources``/``remainingResources`` as numbers (GPU is a set of GPU ids, or a count)."""
+    found = {"CPU": 0, "MEMORY": 0, "GPU": 0}
+    for r in entries:
+        if r.get("name") in found:
+            ids = r.get("stringSetValue")
+            found[r["name"]] = len(ids) if r.get("type") == "STRINGSET" and ids is not None else int(
+                r.get("integerValue") or 0
+            )
+    return TaskResources(found["CPU"], found["MEMORY"], found["GPU"])
+
+
+def task_resources(task_definition: dict[str, Any]) -> TaskResources:
+    """What one task of a task definition reserves: its task-level cpu/memory, else its containers' sum
+    (``memoryReservation`` where ``memory`` is unset), and its containers' GPU resourceRequirements."""
+    containers = task_definition.get("containerDefinitions") or []
+    cpu = int(task_definition.get("cpu") or sum(int(c.get("cpu") or 0) for c in containers))
+    memory = int(
+        task_definition.get("memory") or sum(int(c.get("memory") or c.get("memoryReservation") or 0) for c in containers)
+    )
+    gpu = sum(
+        int(r.get("value") or 0) for c in containers for r in c.get("resourceRequirements") or [] if r.get("type") == "GPU"
+    )
+    return TaskResources(cpu, memory, gpu)
 
 
 class EcsServiceHook(EcsHook):
@@ -345,7 +432,13 @@ class EcsServiceHook(EcsHook):
             raise ClusterError(f"ECS cluster {cluster!r} has no service(s) {_failures(reply)}: check the target options.")
         return {s["serviceName"]: s["taskDefinition"] for s in reply["services"]}
 
-    def revisions_with_image(self, task_definitions: list[str], repository_uri: str, image: str) -> dict[str, str]:
+    def revisions_with_image(
+        self,
+        task_definitions: list[str],
+        repository_uri: str,
+        image: str,
+        environment: dict[str, str] | None = None,
+    ) -> dict[str, str]:
         """For each of ``task_definitions``, a revision whose containers that run an image of ``repository_uri`` run
         ``image``: ``{task definition: revision}``, the task definition itself where they already do.
 
@@ -365,18 +458,27 @@ class EcsServiceHook(EcsHook):
                     f"raylift cannot roll out {image}: point the task definition at the repository (terraform's "
                     "image variable) or set the target option 'roll_out_image' to false."
                 )
-        return {arn: self._register_with_image(reply, repository_uri, image) for arn, reply in described.items()}
+        return {
+            arn: self._register_with_image(reply, repository_uri, image, environment) for arn, reply in described.items()
+        }
 
-    def _register_with_image(self, reply: dict[str, Any], repository_uri: str, image: str) -> str:
-        """Register a copy of a ``DescribeTaskDefinition`` reply running ``image`` (unless it already does)."""
+    def _register_with_image(
+        self, reply: dict[str, Any], repository_uri: str, image: str, environment: dict[str, str] | None = None
+    ) -> str:
+        """Register a copy of a ``DescribeTaskDefinition`` reply running ``image`` (unless it already does), with
+        ``environment`` set in the containers that run it (a blue/green release's workers: green's head address)."""
         current = reply["taskDefinition"]
         containers = current.get("containerDefinitions") or []
         ours = [c for c in containers if image_repository(c.get("image", "")) == repository_uri]
-        if all(c["image"] == image for c in ours):
+        env = environment or {}
+        if all(c["image"] == image and _env_has(c, env) for c in ours):
             return str(current["taskDefinitionArn"])
         registrable = self.conn.meta.service_model.operation_model("RegisterTaskDefinition").input_shape.members
         revision = {k: v for k, v in current.items() if k in registrable}
-        revision["containerDefinitions"] = [{**c, "image": image} if c in ours else c for c in containers]
+        revision["containerDefinitions"] = [
+            {**c, "image": image, **({"environment": _with_env(c, env)} if env else {})} if c in ours else c
+            for c in containers
+        ]
         if reply.get("tags"):
             revision["tags"] = reply["tags"]
         new = self.conn.register_task_definition(**revision)["taskDefinition"]["taskDefinitionArn"]
@@ -424,3 +526,118 @@ class EcsServiceHook(EcsHook):
                     exc.last_response or {}, cluster, waited_s=waiter_delay * waiter_max_attempts if timed_out else None
                 )
             ) from None
+
+    # -- a blue/green release's second pair of services (raylift.targets.ecs_blue_green) ---------------------------
+    def describe_service(self, cluster: str, service: str) -> dict[str, Any] | None:
+        """``service`` as DescribeServices tells it (with its tags), or None when it is missing or INACTIVE."""
+        reply = self.conn.describe_services(cluster=cluster, services=[service], include=["TAGS"])
+        found = [s for s in reply.get("services") or [] if s.get("status") != "INACTIVE"]
+        return dict(found[0]) if found else None
+
+    def task_definition(self, task_definition: str) -> dict[str, Any]:
+        """DescribeTaskDefinition's ``taskDefinition``."""
+        return dict(self.conn.describe_task_definition(taskDefinition=task_definition)["taskDefinition"])
+
+    def create_service_like(
+        self,
+        cluster: str,
+        service: str,
+        like: dict[str, Any],
+        task_definition: str,
+        desired: int,
+        registry_arn: str | None,
+    ) -> str:
+        """CreateService ``service`` as a copy of ``like`` (a DescribeServices entry: network configuration, capacity
+        provider strategy or launch type, placement, deployment configuration, tags) running ``task_definition`` at
+        ``desired`` tasks, registered in the Cloud Map service ``registry_arn`` if given. Idempotent: an ACTIVE
+        service of that name running ``task_definition`` is kept (a retried release); one running another revision,
+        or still DRAINING from a deletion, is a ClusterError. Returns the service's ARN."""
+        from botocore.exceptions import ClientError
+
+        existing = self.describe_service(cluster, service)
+        if existing is None:
+            request: dict[str, Any] = {k: like[k] for k in SERVICE_COPIED if like.get(k) not in (None, [], {})}
+            if "capacityProviderStrategy" not in request and like.get("launchType"):
+                request["launchType"] = like["launchType"]
+            if like.get("tags"):
+                request["tags"] = like["tags"]
+            if registry_arn:
+                request["serviceRegistries"] = [{"registryArn": registry_arn}]
+            try:
+                reply = self.conn.create_service(
+                    cluster=cluster, serviceName=service, taskDefinition=task_definition, desiredCount=desired,
+                    clientToken=f"raylift-{service}-{task_definition.rsplit(':', 1)[-1]}"[:36], **request,
+                )  # fmt: skip
+                self.log.info("ECS service %s/%s created on %s (%d task(s))", cluster, service, task_definition, desired)
+                return str(reply["service"]["serviceArn"])
+            except ClientError as exc:  # a concurrent or earlier try created it: look again below
+                if exc.response["Error"]["Code"] != "InvalidParameterException":
+                    raise
+                existing = self.describe_service(cluster, service)
+                if existing is None:
+                    raise ClusterError(
+                        f"ECS refused to create service {cluster}/{service}: {exc.response['Error'].get('Message', '')}"
+                    ) from None
+        if existing.get("status") == "DRAINING":
+            raise ClusterError(
+                f"ECS service {cluster}/{service} is still DRAINING from an earlier deletion: ECS cannot create it "
+                "again until it is INACTIVE (minutes). Retry the task then."
+            )
+        if existing.get("taskDefinition") != task_definition:
+            raise ClusterError(
+                f"ECS service {cluster}/{service} exists already, on {existing.get('taskDefinition')} rather than "
+                f"{task_definition}: it is not this release's. Delete it (or let its release remove it) and retry."
+            )
+        self.log.info("ECS service %s/%s exists already on %s: kept (a retry)", cluster, service, task_definition)
+        return str(existing["serviceArn"])
+
+    def delete_service(self, cluster: str, service: str) -> bool:
+        """DeleteService ``service`` (scaled to 0 before: ECS refuses to delete a service with tasks to run);
+        False when it is missing or deleted already."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.conn.delete_service(cluster=cluster, service=service)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("ServiceNotFoundException", "ServiceNotActiveException"):
+                return False
+            raise
+        self.log.info("ECS service %s/%s deleted", cluster, service)
+        return True
+
+    def container_capacity(self, cluster: str) -> list[ContainerCapacity]:
+        """Every ACTIVE container instance of ``cluster``: registered and remaining CPU, memory and GPUs, as ECS
+        reports them (what running tasks, a blue pair's included, already reserve is not remaining)."""
+        arns = [
+            arn
+            for page in self.conn.get_paginator("list_container_instances").paginate(cluster=cluster, status="ACTIVE")
+            for arn in page["containerInstanceArns"]
+        ]
+        found: list[ContainerCapacity] = []
+        for batch in _batches(arns):
+            reply = self.conn.describe_container_instances(cluster=cluster, containerInstances=batch)
+            if reply.get("failures"):
+                raise ClusterError(
+                    f"ECS cluster {cluster!r} could not describe container instance(s) {_failures(reply)}; try again."
+                )
+            found += [
+                ContainerCapacity(
+                    i["containerInstanceArn"],
+                    str(i.get("ec2InstanceId") or ""),
+                    _resources(i.get("registeredResources") or []),
+                    _resources(i.get("remainingResources") or []),
+                )
+                for i in reply["containerInstances"]
+            ]
+        return found
+
+    def capacity_provider_groups(self, providers: list[str]) -> dict[str, str | None]:
+        """``{capacity provider: its Auto Scaling group's name}`` (None for Fargate's, which have none)."""
+        if not providers:
+            return {}
+        reply = self.conn.describe_capacity_providers(capacityProviders=providers)
+        groups: dict[str, str | None] = dict.fromkeys(providers)
+        for p in reply.get("capacityProviders") or []:
+            arn = (p.get("autoScalingGroupProvider") or {}).get("autoScalingGroupArn") or ""
+            groups[p["name"]] = arn.rsplit("autoScalingGroupName/", 1)[-1] if arn else None
+        return groups

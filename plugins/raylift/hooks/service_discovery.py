@@ -1,4 +1,6 @@
-"""Cloud Map: find the Ray head task's address (ECS registers it under a private DNS namespace)."""
+"""Cloud Map: find the Ray head task's address (ECS registers it under a private DNS namespace), and, for a
+blue/green release on ECS, hold the user endpoint: one custom instance in a raylift-owned service, re-registered
+with the new head's IP at the switch (RegisterInstance of an existing instance id updates it in place)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from raylift.errors import ClusterError
 
 
 class CloudMapHook(AwsBaseHook):
-    """``AwsBaseHook(client_type="servicediscovery")`` with the one lookup raylift needs."""
+    """``AwsBaseHook(client_type="servicediscovery")`` with the lookups and the endpoint registration raylift needs."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["client_type"] = "servicediscovery"
@@ -32,8 +34,42 @@ class CloudMapHook(AwsBaseHook):
         for instance in reply.get("Instances") or []:
             ip = (instance.get("Attributes") or {}).get("AWS_INSTANCE_IPV4")
             if ip:
-                return ip
+                return str(ip)
         raise ClusterError(
             f"Cloud Map has no running instance of {service!r} in {namespace!r}: the Ray head task is not up. "
             "Scale the head service to 1 first."
         )
+
+    def service_ids(self, namespace: str, service: str) -> tuple[str, str]:
+        """``(id, ARN)`` of the Cloud Map service ``service`` in the namespace named ``namespace``; ClusterError
+        naming what is missing (the terraform stack creates them)."""
+        namespace_id = next(
+            (n["Id"] for page in self.conn.get_paginator("list_namespaces").paginate() for n in page["Namespaces"]
+             if n.get("Name") == namespace),
+            None,
+        )  # fmt: skip
+        if namespace_id is None:
+            raise ClusterError(f"Cloud Map has no namespace {namespace!r}: check the target option 'cloud_map_namespace'.")
+        pages = self.conn.get_paginator("list_services").paginate(
+            Filters=[{"Name": "NAMESPACE_ID", "Values": [namespace_id], "Condition": "EQ"}]
+        )
+        for page in pages:
+            for found in page["Services"]:
+                in_namespace = (found.get("DnsConfig") or {}).get("NamespaceId", namespace_id) == namespace_id
+                if found.get("Name") == service and in_namespace:
+                    return str(found["Id"]), str(found["Arn"])
+        raise ClusterError(
+            f"Cloud Map namespace {namespace!r} has no service {service!r}: the terraform module ecs_ray creates it "
+            "(apply it with blue/green enabled), or check the target options."
+        )
+
+    def register_endpoint(self, service_id: str, instance_id: str, ip: str, port: int) -> str:
+        """Point the custom instance ``instance_id`` of ``service_id`` at ``ip:port`` (created, or updated in place
+        when it exists): the endpoint's DNS name answers that address from then on. Returns the operation id."""
+        reply = self.conn.register_instance(
+            ServiceId=service_id,
+            InstanceId=instance_id,
+            Attributes={"AWS_INSTANCE_IPV4": ip, "AWS_INSTANCE_PORT": str(port)},
+        )
+        self.log.info("Cloud Map service %s: instance %s now at %s:%d", service_id, instance_id, ip, port)
+        return str(reply.get("OperationId", ""))

@@ -33,6 +33,7 @@ from raylift.config import DRAIN_TIMEOUT_S
 from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
 from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.ecs_blue_green import EcsBlueGreen
 from raylift.targets.ecs_staging import EcsStaging
 from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 from raylift.targets.serve_control import DashboardServeControl
@@ -69,6 +70,9 @@ class EcsOptions(AwsOptions):
     head_address: str | None = Field(None, min_length=1)
     cloud_map_namespace: str | None = Field(None, min_length=1)
     cloud_map_service: str = Field("head", min_length=1)
+    # the raylift-owned Cloud Map service of the user endpoint (blue/green: one instance, re-registered at the
+    # switch); None: the endpoint is the head's own service (no blue/green switch)
+    endpoint_cloud_map_service: str | None = Field(None, min_length=1)
     dashboard_port: Port = 8265
     serve_port: Port = 8000
     serve_host: str = Field("0.0.0.0", min_length=1)  # where Serve's proxy binds on the head
@@ -89,7 +93,7 @@ class EcsOptions(AwsOptions):
         return self
 
 
-class EcsTarget(EcsStaging, DrainedScaleIn, DashboardServeControl, AwsTarget):
+class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl, AwsTarget):
     """Options (all JSON, validated by ``EcsOptions``): ``cluster``, ``head_service``, ``worker_service``,
     ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
     ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or

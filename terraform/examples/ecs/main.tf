@@ -45,6 +45,8 @@ module "airflow_iam" {
   ecr_repository_arn          = module.image_pipeline.repository_arn
   ecs_enabled                 = true
   ecs_service_arns            = module.ray.service_arns
+  ecs_blue_green_service_arns = module.ray.blue_green_service_arns
+  cloudmap_service_arns       = module.ray.cloudmap_service_arns
   ecs_task_definition_arns    = module.ray.task_definition_family_arns
   ecs_task_role_arns          = module.ray.task_role_arns
   cloudmap_namespace_name     = module.ray.cloudmap_namespace_name

@@ -60,6 +60,11 @@ output "cloudmap_service" {
   value       = module.ray.cloudmap_service_name
 }
 
+output "cloudmap_endpoint_service" {
+  description = "Cloud Map service of the user endpoint (serve.<namespace>): raylift points it at the serving head and moves it at a blue/green switch."
+  value       = module.ray.endpoint_cloud_map_service
+}
+
 output "gpus_per_node" {
   description = "GPUs per Ray node."
   value       = module.ray.gpus_per_node

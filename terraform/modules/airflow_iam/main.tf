@@ -14,6 +14,10 @@ locals {
   ecs_cluster_arns = distinct([for arn in var.ecs_service_arns : replace(arn, "/:service\\/([^\\/]+)\\/[^\\/]+$/", ":cluster/$1")])
   # every task of those clusters: arn:aws:ecs:<region>:<account>:task/<cluster>/*
   ecs_task_arns = [for arn in local.ecs_cluster_arns : "${replace(arn, ":cluster/", ":task/")}/*"]
+  # both pairs of a blue/green release
+  ecs_all_service_arns = concat(var.ecs_service_arns, var.ecs_blue_green_service_arns)
+  # the clusters' capacity providers: arn:aws:ecs:<region>:<account>:capacity-provider/*
+  ecs_capacity_provider_arns = distinct([for arn in local.ecs_cluster_arns : "${replace(arn, "/:cluster\\/.*$/", ":capacity-provider")}/*"])
 }
 
 data "aws_iam_policy_document" "airflow" {
@@ -69,7 +73,72 @@ data "aws_iam_policy_document" "airflow" {
     content {
       sid       = "ScaleRayServices" # and move them to a task-definition revision (an image rollout or its rollback)
       actions   = ["ecs:UpdateService", "ecs:DescribeServices"]
-      resources = var.ecs_service_arns
+      resources = local.ecs_all_service_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "BlueGreenRayServices"
+      # a blue/green release creates the other pair beside the serving one, and deletes the retired (or rejected)
+      # pair; the pairs alternate, so both pairs' names
+      actions   = ["ecs:CreateService", "ecs:DeleteService"]
+      resources = local.ecs_all_service_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "TagRayServicesOnCreate"
+      # a green service carries its blue one's tags (tag-on-create); no existing resource can be tagged
+      actions   = ["ecs:TagResource"]
+      resources = local.ecs_all_service_arns
+      condition {
+        test     = "StringEquals"
+        variable = "ecs:CreateAction"
+        values   = ["CreateService"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "RoomForGreen"
+      # a blue/green release's capacity check: what the clusters' container instances have left, and the capacity
+      # providers, whose Auto Scaling groups may still grow
+      actions   = ["ecs:ListContainerInstances", "ecs:DescribeCapacityProviders"]
+      resources = concat(local.ecs_cluster_arns, local.ecs_capacity_provider_arns)
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "CapacityProviderGroups" # their MaxSize and instances (and EC2's DescribeInstances, granted above)
+      actions   = ["autoscaling:DescribeAutoScalingGroups"] # describe call: no resource-level permissions exist
+      resources = ["*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid = "FindCloudMapServices"
+      # list calls: no resource-level permissions
+      actions   = ["servicediscovery:ListNamespaces", "servicediscovery:ListServices"]
+      resources = ["*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.has_ecs ? [1] : []
+    content {
+      sid       = "MoveTheEndpoint" # the endpoint's one instance, re-registered with the new head's IP at the switch
+      actions   = ["servicediscovery:RegisterInstance"]
+      resources = var.cloudmap_service_arns
     }
   }
 

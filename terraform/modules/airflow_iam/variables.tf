@@ -77,6 +77,18 @@ variable "ecs_staging_role_arns" {
   default     = []
 }
 
+variable "ecs_blue_green_service_arns" {
+  description = "The second (-green) head and worker services a blue/green release creates beside ecs_service_arns; the pairs alternate, so raylift creates and deletes both pairs."
+  type        = list(string)
+  default     = []
+}
+
+variable "cloudmap_service_arns" {
+  description = "Cloud Map services raylift registers in: the user endpoint's (one instance, moved at a blue/green switch) and the green head's."
+  type        = list(string)
+  default     = []
+}
+
 variable "cloudmap_namespace_name" {
   description = "Cloud Map namespace in which raylift discovers the Ray head (null without ECS)."
   type        = string

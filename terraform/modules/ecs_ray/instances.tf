@@ -7,9 +7,11 @@ data "aws_ssm_parameter" "ecs_gpu_ami" {
 }
 
 locals {
+  # a blue/green release runs a second pair beside the serving one until the switch: room for it when enabled
+  surge = var.blue_green_surge ? 2 : 1
   node_roles = {
-    head   = { instance_type = var.head_instance_type, min = 0, max = 1 } # managed scaling launches it on demand
-    worker = { instance_type = var.worker_instance_type, min = 0, max = var.max_workers }
+    head   = { instance_type = var.head_instance_type, min = 0, max = local.surge } # managed scaling launches it on demand
+    worker = { instance_type = var.worker_instance_type, min = 0, max = local.surge * var.max_workers }
   }
 }
 

@@ -33,6 +33,21 @@ output "cloudmap_service_name" {
   value       = aws_service_discovery_service.head.name
 }
 
+output "endpoint_cloud_map_service" {
+  description = "Cloud Map service of the user endpoint (raylift's target option endpoint_cloud_map_service): one instance, the serving head."
+  value       = aws_service_discovery_service.endpoint.name
+}
+
+output "cloudmap_service_arns" {
+  description = "Cloud Map services raylift registers in: the endpoint's (its one instance) and the green head's (a green head service's registry)."
+  value       = concat([aws_service_discovery_service.endpoint.arn], aws_service_discovery_service.head_green[*].arn)
+}
+
+output "blue_green_service_arns" {
+  description = "The -green head and worker services a blue/green release creates and deletes (ARNs; none without blue_green_surge)."
+  value       = var.blue_green_surge ? [for svc in [aws_ecs_service.head, aws_ecs_service.worker] : "${svc.id}-green"] : []
+}
+
 output "head_address" {
   description = "DNS name of the Ray head inside the VPC."
   value       = local.head_address

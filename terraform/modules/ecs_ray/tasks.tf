@@ -10,8 +10,9 @@ locals {
   head_address = "${aws_service_discovery_service.head.name}.${var.cloudmap_namespace}"
   ray_commands = {
     head = "exec ray start --head --port=${var.ray_ports["gcs"]} --dashboard-host=0.0.0.0 --dashboard-port=${var.ray_ports["dashboard"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
-    # Workers wait for the head's DNS record, then join; ECS restarts them if the head goes away.
-    worker = "until getent hosts ${local.head_address}; do echo waiting for ${local.head_address}; sleep 5; done; exec ray start --address=${local.head_address}:${var.ray_ports["gcs"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
+    # Workers wait for their head's DNS record, then join; ECS restarts them if the head goes away. They read the
+    # head from RAY_HEAD_ADDRESS: a blue/green release's green workers get green's head there (raylift's revision).
+    worker = "until getent hosts $${RAY_HEAD_ADDRESS%:*}; do echo waiting for $RAY_HEAD_ADDRESS; sleep 5; done; exec ray start --address=$RAY_HEAD_ADDRESS --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
   }
 }
 

@@ -82,6 +82,18 @@ variable "max_workers" {
   default     = 4
 }
 
+variable "blue_green_surge" {
+  description = "Room for a blue/green release (raylift starts a second head and worker pair beside the serving one, then retires the old): the head Auto Scaling group may hold 2 instances, the worker group 2 x max_workers."
+  type        = bool
+  default     = true
+}
+
+variable "endpoint_service_name" {
+  description = "Cloud Map service of the user endpoint (serve.<namespace>): raylift registers one instance in it, the serving head's IP, and re-registers it at a blue/green switch."
+  type        = string
+  default     = "serve"
+}
+
 variable "root_volume_gb" {
   description = "Root EBS volume of each instance (images and model caches)."
   type        = number
