@@ -37,6 +37,7 @@ SAMPLE_VALUES = {
         "ecs_worker_service": "raylift-ecs-worker",
         "cloudmap_namespace": "raylift.local",
         "cloudmap_service": "head",
+        "cloudmap_endpoint_service": "serve",
         "gpus_per_node": 4,
         "airflow_role_arn": "arn:aws:iam::123456789012:role/raylift-ecs-airflow",
         "dashboard_name": "raylift-ecs",

@@ -61,7 +61,7 @@ output "cloudmap_service" {
 }
 
 output "cloudmap_endpoint_service" {
-  description = "Cloud Map service of the user endpoint (serve.<namespace>): raylift points it at the serving head and moves it at a blue/green switch."
+  description = "Cloud Map service of the blue/green user endpoint (serve.<namespace>): empty until a blue/green switch registers the serving head there."
   value       = module.ray.endpoint_cloud_map_service
 }
 
