@@ -56,6 +56,7 @@ def _fill(element: object, text: str) -> None:
 
 
 def test_trigger_form_creates_a_run_with_the_filled_params(airflow: AirflowServer, browser: object) -> None:
+    from selenium.common.exceptions import ElementClickInterceptedException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -77,8 +78,12 @@ def test_trigger_form_creates_a_run_with_the_filled_params(airflow: AirflowServe
             trigger = wait.until(ec.presence_of_element_located(
                 (By.XPATH, f"//button[@aria-expanded][normalize-space(.)='{section}']")))
             if trigger.get_attribute("aria-expanded") != "true":
-                browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", trigger)
-                trigger.click()
+                def clicked(_: object) -> bool:  # the section opened before still animates: its body may take the click
+                    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", trigger)
+                    trigger.click()
+                    return True
+
+                WebDriverWait(browser, WAIT_S, ignored_exceptions=(ElementClickInterceptedException,)).until(clicked)
             wait.until(ec.visibility_of_element_located((By.ID, SECTION_PROBES[section])))
 
         assert list(SECTION_PROBES) == list(SECTIONS)
