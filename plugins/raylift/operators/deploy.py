@@ -138,6 +138,22 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
 
         return direct_config(current, app, defaults=self.cluster_defaults(), surge=self.surge)
 
+    def cluster_of(self, kind: str, change: str | None) -> Any:
+        """The target the candidate runs on: the serving cluster's, or in a blue/green release the new cluster's
+        (not started yet: its pair refused here, before anything, when the target cannot run two). A direct
+        release of a cluster change is refused where the target cannot replace the cluster in place."""
+        from raylift.errors import RayliftValueError
+
+        target = self.target_impl
+        if kind == "blue_green":
+            return target.on_cluster(target.blue_green_pair().candidate)
+        if change and not target.replaces_cluster_in_place:
+            raise RayliftValueError(
+                f"release: direct cannot carry out this change on the {target.name} target ({change}): nothing "
+                "here restarts the running cluster on it. Use the default release (canary), which releases it "
+                "blue/green, or stop the cluster (raylift_teardown) and deploy again. Nothing was changed.")
+        return target
+
     def execute(self, context: Any) -> Any:
         from datetime import timedelta
 
@@ -149,22 +165,31 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         app = self.render()
         target, name, run_id = self.target_impl, str(self.app_name), context["run_id"]
         current = target.current_serve_config()
-        plan = plan_release(self.release, name, app_by_name(current, name), app)
+        change = target.cluster_change()
+        plan = plan_release(self.release, name, app_by_name(current, name), app, cluster_change=change)
         self.log.info("release: %s (%s)", plan.kind, plan.why)
+        runs_on = self.cluster_of(plan.kind, change)  # where the candidate runs: the serving cluster, or the new one
         dark = check_release_fits(plan.kind, app, current, name, self.surge, self.check_fit, log=self.log)
         steps.lap("read_and_fit_check_s")
         kind = app_kind(app)
         if kind.runtime_module:
-            target.ensure_app_runtime(kind.runtime_module, kind.name)
+            runs_on.ensure_app_runtime(kind.runtime_module, kind.name)
             steps.lap("app_runtime_check_s")
-        if kind.vllm:
-            target.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
-                                        working_dir=(app.get("runtime_env") or {}).get("working_dir"))
+        if kind.vllm:  # by the vLLM of the cluster the candidate runs on
+            runs_on.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
+                                         working_dir=(app.get("runtime_env") or {}).get("working_dir"))
             steps.lap("engine_args_check_s")
         state, defaults = self.state_for(name), self.cluster_defaults()
         if plan.kind == "canary":
             started = start_canary(target, state, run_id, app, current, name, defaults=defaults, surge=self.surge,
                                    fits=self.check_fit, log=self.log)
+        elif plan.kind == "blue_green":
+            from raylift.release.blue_green import start_blue_green
+            from raylift.release.start import Started
+
+            config, runs_on = start_blue_green(target, state, run_id, app, current, name, defaults=defaults,
+                                               change=str(change), log=self.log)
+            started = Started("blue_green", config, [name])
         else:
             started = start_direct(target, state, run_id, app, current, name, defaults=defaults, surge=self.surge,
                                    dark=dark, log=self.log)
@@ -174,7 +199,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         ti.xcom_push(key="release", value=started.kind)
         if started.dark:
             ti.xcom_push(key="dark_since", value=time.time())
-        trigger = target.deploy_trigger(app_names=started.waiting, timeout_s=self.timeout_s)
+        trigger = runs_on.deploy_trigger(app_names=started.waiting, timeout_s=self.timeout_s)
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=self.timeout_s + 60))
         return self.execute_complete(context, trigger.wait())  # same condition and retry rule, in this worker
@@ -200,6 +225,13 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         steps = deploy_steps_until(ti.xcom_pull(task_ids=self.task_id, key="deploy_steps"), running_at.timestamp())
         if steps:
             self.log.info("deploy step: %s", deploy_steps_line(steps))
+        if release == "blue_green":  # the candidate on its own cluster, the serving app on the serving one
+            from raylift.release.blue_green import arms
+
+            out.update(arms(self.target_impl, self.state_for(name), context["run_id"], config, name))
+            out["cold_start"] = {"app": name, "replicas": [], "note": "blue/green: the candidate's replicas run on "
+                                 f"the {out['candidate_cluster']} cluster (its own Ray dashboard)"}
+            return out
         if plan is not None:  # the baseline arm is measured beside the candidate (operators.baseline)
             out["cold_start"] = self.collect_cold_start(str(plan.canary["name"]), running_at.timestamp(),
                                                        context["run_id"], steps)

@@ -124,8 +124,9 @@ class ReleaseGateOperator(TargetOperator, BaseBranchOperator):
         if decision.action == HOLD:
             self._hold = True
             return APPROVE_TASK
-        undo = ("the rollback step removes the canary (the serving app was never changed)"
-                if deployed.get("release") == "canary" else "the rollback step restores what served before this run")
+        undo = {"canary": "the rollback step removes the canary (the serving app was never changed)",
+                "blue_green": "the rollback step stops the candidate's cluster (the serving one was never changed)",
+                }.get(str(deployed.get("release")), "the rollback step restores what served before this run")
         raise GateError(f"Release gate failed ({decision.verdict}): " + "; ".join(record["reasons"]) + f". {undo}.")
 
     def post_execute(self, context: Any, result: Any = None) -> None:

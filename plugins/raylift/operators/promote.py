@@ -2,8 +2,9 @@
 
 The decision is the gate's (or, after a hold, the approval's); this step only does it. In a canary release it
 removes the canary and rolls the app to the candidate's config in one Serve write, start-before-stop on the
-capacity the canary gives back, and defers until the app is RUNNING; in a direct release the app already runs
-the candidate. Then the run is the app's last good one (the rollback target and the redeploy source), and the
+capacity the canary gives back, and defers until the app is RUNNING; in a blue/green release the endpoint is switched
+to the candidate's cluster and the old one retired (``raylift.release.blue_green``); in a direct release the app
+already runs the candidate. Then the run is the app's last good one (the rollback target and the redeploy source), and the
 anchor moves: to this run if its verdict was a pass, else the run's change joins the anchor's chain.
 """
 
@@ -64,6 +65,11 @@ class PromoteReleaseOperator(TargetOperator):
         decision = self._decision(context)
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         name, run_id = str(self.app_name), context["run_id"]
+        if deployed.get("release") == "blue_green":  # the candidate's cluster already runs it: switch, retire
+            from raylift.release.blue_green import promote_blue_green
+
+            promote_blue_green(self.target_impl, self.state_for(name), run_id, log=self.log)
+            return self._record(context, deployed.get("serve_config"), decision)
         if deployed.get("release") != "canary":
             return self._record(context, deployed.get("serve_config"), decision)
         state = self.state_for(name)

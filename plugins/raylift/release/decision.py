@@ -94,6 +94,10 @@ CONFIRM_FACTOR = 4
 HEADLINE_METRIC = "e2e_ms"
 HEADLINE_FALLBACK = "output_tokens_per_s"  # the same slowdown seen from the other side, when e2e is missing
 
+#: the release kinds (``raylift.release.plan``) whose candidate is judged beside the serving app, in the same rounds
+#: (a canary on the serving cluster, blue/green on a second one); the others are judged against the anchor
+JUDGED_BESIDE: tuple[str, ...] = ("canary", "blue_green")
+
 
 @dataclass(frozen=True)
 class ReleaseEvidence:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from raylift.errors import GateError, RayliftValueError
-from raylift.release.decision import ON_INCONCLUSIVE, ReleaseDecision, ReleaseEvidence
+from raylift.release.decision import JUDGED_BESIDE, ON_INCONCLUSIVE, ReleaseDecision, ReleaseEvidence
 from raylift.release.state import DeploymentState, run_file, run_key, stand_in_anchor
 from raylift.serve.config import app_by_name, config_hash
 
@@ -79,7 +79,7 @@ def gather(state: DeploymentState, run_id: str, deployed: Mapping[str, Any], set
     a new anchor). GateError when the benchmark left nothing to judge."""
     from raylift.release.gates import assess, merged_slos
 
-    canary = deployed.get("release") == "canary"
+    canary = deployed.get("release") in JUDGED_BESIDE  # judged beside the serving app (a canary, blue/green)
     result = state.store.read_json(run_file(run_id, "benchmark"))
     if result is None and skipped:
         # an app without an OpenAI API (the translator): its smoke test is the evidence; nothing to judge

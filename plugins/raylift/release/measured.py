@@ -23,6 +23,7 @@ from raylift.release.canary import canary_name
 from raylift.release.decision import (
     CONFIRM_ABOVE,
     CONFIRM_FACTOR,
+    JUDGED_BESIDE,
     PILOT_DECIDES_ABOVE,
     confirmation_requests,
     headline_change,
@@ -44,7 +45,7 @@ def measure(target: Target, deployed: Mapping[str, Any], endpoint: str, served_n
             progress: Progress) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The candidate's results and, in a canary release, the serving app's measured beside it (else None).
     ``options``: :func:`raylift.measure.runner.run_benchmark`'s keyword arguments, ``slos`` among them."""
-    if deployed.get("release") == "canary":
+    if deployed.get("release") in JUDGED_BESIDE:
         return measure_canary(target, deployed, endpoint, served_name, app_name, options, slos=slos,
                               progress=progress)
     result = run_benchmark(endpoint, served_name, sweep=asdict(sweep) if sweep else None,
@@ -60,13 +61,16 @@ def measure_canary(target: Target, deployed: Mapping[str, Any], endpoint: str, s
     evidence. The candidate's result carries the pilot (when there was one) and where Ray placed the arms."""
     scale = int(deployed.get("baseline_scale") or 1)
     log.info(
-        "canary release: the candidate (%s) and the serving app (%s, %d replica(s): %dx the requests, the "
+        "%s release: the candidate (%s) and the serving app (%s, %d replica(s): %dx the requests, the "
         "same load per replica) measured in the same rounds with the same prompts",
-        endpoint, deployed["baseline_endpoint"], scale, scale)
+        str(deployed.get("release")).replace("_", "/"), endpoint, deployed["baseline_endpoint"], scale, scale)
     side_by_side = {"candidate": Arm(endpoint, served_name),
                     "baseline": Arm(deployed["baseline_endpoint"],
                                     str(deployed.get("baseline_served_name") or served_name), scale)}
-    placement = placement_of_arms(target, deployed, app_name)  # before: Ray does not move running replicas
+    placement = (placement_of_arms(target, deployed, app_name)  # before: Ray does not move running replicas
+                 if deployed.get("release") == "canary" else
+                 {"note": f"blue/green: each arm on its own cluster ({deployed.get('serving_cluster')} serving, "
+                          f"{deployed.get('candidate_cluster')} the candidate's), of the same shape"})
     arms = run_side_by_side(side_by_side, served_name, progress=progress, **options)
     result, baseline = arms["candidate"], arms["baseline"]
     more, pilot = confirmation(result, baseline, slos, options["requests_per_level"])
@@ -137,11 +141,11 @@ def target_cost(target: Target, result: Mapping[str, Any], options: Mapping[str,
         return {"error": f"{type(exc).__name__}: {exc}", "region": region}
 
 
-def with_cost(target: Target, result: dict[str, Any], *, app: str, target_name: str, canary: bool,
+def with_cost(target: Target, result: dict[str, Any], *, app: str, target_name: str, release: str,
               cost: Mapping[str, Any]) -> dict[str, Any]:
     """``result`` labelled (app, target, release kind) and costed (:func:`target_cost`, logged)."""
     result["app"], result["target"] = app, target_name
-    result["release"] = "canary" if canary else "direct"
+    result["release"] = release
     result["cost"] = target_cost(target, result, cost)
     log.info("%s", format_cost(result["cost"]))
     return result

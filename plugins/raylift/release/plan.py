@@ -24,6 +24,13 @@ ReleaseKind = Literal["canary", "direct", "blue_green"]
 RELEASES: tuple[ReleaseKind, ...] = ("canary", "direct")  # what the ``release`` Param may ask for
 
 
+def replaced_in_place(requested: object) -> bool:
+    """Whether the scale step carries out a cluster change in place (an image rollout): for ``release: direct``
+    only, or outside a release (``requested`` None: a scale of its own). A canary's cluster change is released
+    blue/green by the deploy step, which finds it still to do (``Target.cluster_change``)."""
+    return requested in (None, "", "None") or str(requested) == "direct"
+
+
 @dataclass(frozen=True)
 class ReleasePlan:
     """The kind of release, and why (logged by the step that carries it out)."""

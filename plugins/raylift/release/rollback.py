@@ -197,9 +197,14 @@ def undo_release(target: Target, state: DeploymentState, run_id: str, app_name: 
     and the Serve config the restarted head lost re-applied), then remove this run's canary (giving a lent replica
     back), then restore the app if this run's unproven config still serves it (a direct release, or a promotion
     that did not finish). Each part leaves alone what someone else changed since, and says so."""
+    from raylift.release.blue_green import undo_blue_green
     from raylift.release.canary import CanaryPlan, without_canary
     from raylift.release.writer import write_serve_config
 
+    blue_green = undo_blue_green(target, state, run_id)
+    if blue_green is not None:  # the serving cluster was never written to: nothing else to undo
+        log.warning("rollback: %s", blue_green)
+        return blue_green
     done: list[str] = []
     undone = target.undo_cluster_change()
     if undone is not None:

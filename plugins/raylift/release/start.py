@@ -59,6 +59,10 @@ def check_release_fits(kind: str, app: dict[str, Any], current: dict[str, Any], 
         others = [a for a in current.get("applications", []) if a.get("name") != canary_name(app_name)]
         fits(app, {**current, "applications": others})
         return False
+    if kind == "blue_green":  # a cluster of the serving one's shape, with its other apps and this one
+        others = [a for a in current.get("applications", []) if a.get("name") != app_name]
+        fits(app, {**current, "applications": others})
+        return False
     return check_rollout_fits(app, current, app_name, surge, fits, log=log)
 
 
@@ -135,6 +139,7 @@ def deploy_failed(event: dict[str, Any], app_name: str, kind: str) -> DeployErro
         f"Serve app {event.get('app') or app_name!r} did not deploy "
         f"({event.get('app_status') or event.get('status')}): {event.get('message', 'unknown')}\n"
         + ("The canary never took user traffic; the rollback step removes it. " if kind == "canary"
-           else "The rollback step restores what served before this run. ")
+           else "The candidate's cluster never took user traffic; the rollback step stops it. "
+           if kind == "blue_green" else "The rollback step restores what served before this run. ")
         + "Fix the app/config and redeploy."
     )

@@ -6,7 +6,8 @@ config leaves ``applied/<run>.json`` (written before the PUT): "applied, not yet
 config is recorded good, which ``raylift.release.rollback.restore_unproven`` acts on whatever failed. Keys:
 ``_raylift/<cluster>/<app>/last_good.json``, ``_raylift/<cluster>/<app>/pre_deploy/<run>.json``,
 ``_raylift/<cluster>/<app>/applied/<run>.json``, ``_raylift/<cluster>/<app>/canary/<run>.json`` (a canary
-release's plan: what it runs beside the app and what it lent), ``_raylift/<cluster>/<app>/anchor.json`` (the
+release's plan: what it runs beside the app and what it lent), ``_raylift/<cluster>/<app>/blue_green/<run>.json`` (a blue/green release: the two clusters and how far it
+got), ``_raylift/<cluster>/<app>/anchor.json`` (the
 last release that passed, and the changes of the releases promoted since), ``_raylift/<cluster>/<app>/hold/<run>.json`` (a
 rollback that could not take the cluster's lease back: what it left up and what to run), ``_raylift/runs/<run>/...`` (``<cluster>``: the cluster's
 identity, or the target kind without a connection).
@@ -133,6 +134,14 @@ class DeploymentState:
 
     def canary(self, run_id: str) -> dict[str, Any] | None:
         return self.store.read_json(f"{self.prefix}/canary/{_RUN_SAFE.sub('_', run_id)}.json")
+
+    def save_blue_green(self, run_id: str, record: dict[str, Any]) -> None:
+        """A blue/green release's record (``raylift.release.blue_green``: which cluster serves, which is the
+        candidate, and how far the release got), written before the candidate cluster is started."""
+        self.store.write_json(f"{self.prefix}/blue_green/{_RUN_SAFE.sub('_', run_id)}.json", record)
+
+    def blue_green(self, run_id: str) -> dict[str, Any] | None:
+        return self.store.read_json(f"{self.prefix}/blue_green/{_RUN_SAFE.sub('_', run_id)}.json")
 
     def anchor(self) -> dict[str, Any] | None:
         """``{"run_id", "links", "benchmark", "app", "recorded_at"}``: the last release whose verdict was a pass (never

@@ -32,6 +32,14 @@ class ClusterUndo(NamedTuple):
     reapply: dict[str, Any] | None = None
 
 
+class ClusterPair(NamedTuple):
+    """A blue/green release's two clusters, by the names their target gives them (local: the colours): the one that
+    serves users now, and the one the candidate is started and judged on."""
+
+    serving: str
+    candidate: str
+
+
 class Target(ABC):
     """A place raylift deploys to. Subclasses register themselves by ``name``."""
 
@@ -104,6 +112,48 @@ class Target(ABC):
     def aws_region(self) -> str | None:
         """The AWS region the cluster runs in (a price table's), None off AWS (``local``, ``ray``)."""
         return None
+
+    # -- blue/green: a change the serving cluster cannot run (raylift.release.blue_green) -----------------------
+    def cluster_change(self) -> str | None:
+        """Why this release needs a new cluster (a new image, runtime, Ray or vLLM version, node shape), said for
+        the release plan; None: the serving cluster runs it (the default: a target that cannot tell)."""
+        return None
+
+    @property
+    def replaces_cluster_in_place(self) -> bool:
+        """Whether ``release: direct`` can carry out a :meth:`cluster_change` in place (ECS: the services rolled to
+        the new image by the scale step; EKS: KubeRay's own upgrade), an announced outage."""
+        return True
+
+    def blue_green_pair(self) -> ClusterPair:
+        """The serving cluster and the one a blue/green release starts beside it.
+
+        :raises ClusterError: this target cannot run two clusters side by side (the message says what to do)."""
+        from raylift.errors import ClusterError
+
+        raise ClusterError(f"the {self.name} target cannot release a cluster change blue/green: set release to "
+                           "'direct' (the cluster is replaced in place, an announced outage)")
+
+    def on_cluster(self, cluster: str) -> Target:
+        """This target bound to one of :meth:`blue_green_pair`'s clusters (its Serve API, endpoint and dashboard)."""
+        raise NotImplementedError(f"the {self.name} target has no second cluster")
+
+    def start_cluster(self, cluster: str, *, workers: int) -> None:
+        """Start ``cluster`` (the candidate) beside the serving one with ``workers`` workers, on what this release
+        asks for (its runtime or image), and wait until its Serve API answers. Resumable: a running one is kept."""
+        raise NotImplementedError(f"the {self.name} target has no second cluster")
+
+    def switch_endpoint(self, to: str) -> None:
+        """Send the endpoint's new requests to ``to``; requests in flight finish where they are."""
+        raise NotImplementedError(f"the {self.name} target has no second cluster")
+
+    def retire_cluster(self, cluster: str) -> str:
+        """After a switch: let ``cluster``'s requests in flight finish, then stop it; says what was done."""
+        raise NotImplementedError(f"the {self.name} target has no second cluster")
+
+    def remove_cluster(self, cluster: str) -> str:
+        """A rejected candidate's cluster stopped (never the serving one); says what was done."""
+        raise NotImplementedError(f"the {self.name} target has no second cluster")
 
     # -- what a target can do beyond the steps (the defaults: it cannot) ---------------------------
     @property
@@ -230,6 +280,10 @@ class Target(ABC):
     #: None: none chosen (a target that runs no image, or a step outside a release)
     release_image: str | None = None
     chosen_image: str | None = None
+    #: whether ``scale`` carries out a change of the cluster itself in place (an ECS image rollout): the scale step
+    #: sets it from the release (``raylift.release.plan.replaced_in_place``); False leaves it to the deploy step's
+    #: blue/green release
+    cluster_change_in_place: bool = True
 
     def choose_image(self, profile: str, config: dict[str, Any], *, known: bool = True) -> str | None:
         """The image that runs Serve config ``profile`` (contents ``config``) here, checked against the target's

@@ -1,10 +1,16 @@
-"""The embedded default target: a real Ray cluster and a directory model store on this machine."""
+"""The embedded default target: a real Ray cluster and a directory model store on this machine.
+
+With ``RAYLIFT_FRONT_PORT`` set, raylift's own HAProxy (``raylift.local.front``) is the endpoint, and a change of
+the runtime env (the ``runtime_python`` option) is released blue/green: a second cluster from the new runtime beside
+the serving one (``raylift.local.blue_green``), judged there, the front switched to it, the old one stopped.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -18,20 +24,28 @@ from raylift.records import Artifact, ClusterExpectation, StagedModel
 from raylift.secrets import child_env
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
-from raylift.targets.base import Target
+from raylift.targets.base import ClusterPair, Target
 from raylift.targets.options import TargetOptions
 from raylift.targets.serve_control import DashboardServeControl
 
 
-class LocalOptions(TargetOptions):
-    """The ``local`` target's ``target_options``; ports and paths come from RAYLIFT_* environment variables."""
-
-    TARGET: ClassVar[str] = "local"
-    HINT: ClassVar[str] = "(ports and paths come from RAYLIFT_* environment variables)"
+class StoreOptions(TargetOptions):
+    """What the ``local`` and ``ray`` targets share: where models and packages are kept, and the hub's token."""
 
     model_store: str | None = Field(None, min_length=1)  # a folder or s3:// prefix (None: RAYLIFT_MODEL_STORE)
     hf_conn_id: str | None = None  # an Airflow connection whose password is the hub token
     aws_conn_id: str | None = "aws_default"  # for s3:// sources and stores
+
+
+class LocalOptions(StoreOptions):
+    """The ``local`` target's ``target_options``; ports and paths come from RAYLIFT_* environment variables."""
+
+    TARGET: ClassVar[str] = "local"
+    HINT: ClassVar[str] = "(ports and paths come from RAYLIFT_* environment variables)"
+    # the runtime env's Python the cluster runs (None: the one the serving cluster runs; none running:
+    # RAYLIFT_RUNTIME_PYTHON, else raylift's own); another one than the serving cluster runs is a cluster change,
+    # released blue/green behind the front (RAYLIFT_FRONT_PORT)
+    runtime_python: str | None = Field(None, min_length=1)
 
 
 class LocalTarget(DashboardServeControl, Target):
@@ -48,15 +62,34 @@ class LocalTarget(DashboardServeControl, Target):
             options = {**options, "settings": settings}
         self._init_local(LocalOptions.parse(options), settings)
 
-    def _init_local(self, opts: LocalOptions, settings: LocalSettings | None) -> None:
+    def _init_local(self, opts: StoreOptions, settings: LocalSettings | None) -> None:
+        from raylift.local.blue_green import LocalColours
+
         self.options = opts
-        self.settings = settings or local_settings()
-        self._model_store = opts.model_store or str(self.settings.model_store)
+        self.base_settings = base = settings or local_settings()
+        asked = getattr(opts, "runtime_python", None)  # local's option (the ray target runs what its cluster runs)
+        if asked and not Path(asked).is_file():
+            raise RayliftValueError(
+                f"target_options.runtime_python {asked!r} is not a file: give the Python of a runtime "
+                "env built from requirements/runtime.lock (with Ray and vLLM), or leave it out to keep the one the "
+                "cluster runs.")
+        # the runtime asked for; none: the one the serving cluster runs (no change), else RAYLIFT_RUNTIME_PYTHON
+        serving = LocalColours(base, base.runtime_python)
+        self.runtime_python = Path(asked) if asked else serving.settings(serving.active()).runtime_python
+        self._model_store = opts.model_store or str(base.model_store)
         self.hf_conn_id, self.aws_conn_id = opts.hf_conn_id, opts.aws_conn_id
+        self.colours = LocalColours(base, self.runtime_python)
+        self._direct = False  # True: bound to one colour's own Serve port (on_cluster), not the front
+        self._bind(self.colours.active())
+        self._submitted_at: float | None = None  # when this task last submitted a Serve config
+
+    def _bind(self, colour: str) -> None:
+        """Drive the ``colour`` cluster (its settings, processes and dashboard)."""
+        self.colour = colour
+        self.settings = self.colours.settings(colour)
         self.cluster = LocalRayCluster(self.settings)
         # the cluster raylift starts here, on 127.0.0.1: its token is where Ray's own CLI reads it
         self.dashboard = RayDashboardHook(self.settings.dashboard_url, auth_token=ray_auth_token())
-        self._submitted_at: float | None = None  # when this task last submitted a Serve config
 
     def model_store_uri(self) -> str:
         return self._model_store
@@ -80,12 +113,102 @@ class LocalTarget(DashboardServeControl, Target):
         if workers < 0:
             raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
         self.cluster.scale(workers)
+        front = self.front()
+        if front is not None:
+            front.ensure(self.colour)
         cpus = self.settings.head_num_cpus + workers * self.settings.worker_num_cpus
         return ClusterExpectation(nodes=1 + workers, resources={"CPU": float(cpus)})
 
     def billed_nodes(self) -> dict[str, int]:
-        """Every alive Ray node here is this machine ('local' in the price table: 0 unless declared)."""
-        return {"local": self.cluster_state().nodes}
+        """Every alive Ray node here is this machine ('local' in the price table: 0 unless declared), a blue/green
+        release's second cluster's included."""
+        from raylift.local.blue_green import other
+
+        second = LocalRayCluster(self.colours.settings(other(self.colour))).nodes()
+        return {"local": self.cluster_state().nodes + len(second)}
+
+    # -- blue/green (raylift.release.blue_green): the other colour's cluster, behind the front -------------------
+    def front(self) -> Any:
+        """raylift's front HAProxy (``raylift.local.front.LocalFront``), None without RAYLIFT_FRONT_PORT."""
+        if not self.base_settings.front_port:
+            return None
+        from raylift.local.front import LocalFront, haproxy_binary
+
+        haproxy = haproxy_binary(self.base_settings.runtime_python, self.runtime_python)
+        return LocalFront(self.base_settings, self.colours.ports(), haproxy)
+
+    def cluster_change(self) -> str | None:
+        """A runtime env other than the serving cluster's (``runtime_python``): every node runs the Python it was
+        started with, so it needs a new cluster."""
+        running = self.cluster.running_runtime()
+        if running is None or same_runtime(running, self.runtime_python):
+            return None
+        return f"the runtime env changes ({running} -> {self.runtime_python})"
+
+    @property
+    def replaces_cluster_in_place(self) -> bool:
+        return False  # nothing here restarts a running cluster on another runtime
+
+    def blue_green_pair(self) -> ClusterPair:
+        from raylift.local.blue_green import other
+
+        if self.base_settings.front_port is None:
+            raise ClusterError(
+                "A runtime change on local is released blue/green: a second cluster beside the serving one, behind "
+                "raylift's front HAProxy, whose port clients keep. Set RAYLIFT_FRONT_PORT (and point clients at it), "
+                "or stop the cluster (raylift_teardown) and deploy again on the new runtime. Nothing was changed.")
+        return ClusterPair(serving=self.colour, candidate=other(self.colour))
+
+    def on_cluster(self, cluster: str) -> LocalTarget:
+        import copy
+
+        bound = copy.copy(self)
+        bound._bind(cluster)
+        bound._direct = True
+        return bound
+
+    def start_cluster(self, cluster: str, *, workers: int) -> None:
+        from raylift.local.blue_green import colour_settings
+
+        if cluster == self.colour:
+            raise ClusterError(f"the {cluster} cluster serves: a release starts the other one")
+        settings = colour_settings(self.base_settings, cluster, self.runtime_python)
+        candidate = LocalRayCluster(settings)
+        running = candidate.running_runtime()
+        if running is not None and not same_runtime(running, self.runtime_python):
+            raise ClusterError(
+                f"The {cluster} cluster already runs beside the serving one, on {running}, not this release's "
+                f"{self.runtime_python}: an earlier release left it. Its rollback step removes it (or run "
+                "raylift_teardown). Nothing was changed.")
+        candidate.scale(workers)
+        candidate.wait_dashboard()
+
+    def switch_endpoint(self, to: str) -> None:
+        front = self.front()
+        if front is None:
+            raise ClusterError("no front to switch (RAYLIFT_FRONT_PORT is unset)")
+        front.ensure(self.colour)
+        front.switch(to)
+        self.colours.set_active(to)
+
+    def retire_cluster(self, cluster: str) -> str:
+        from raylift.config import DRAIN_TIMEOUT_S
+
+        if cluster == self.colours.active():
+            raise ClusterError(f"the {cluster} cluster serves: it is not retired")
+        front = self.front()
+        left = front.wait_drained(cluster, DRAIN_TIMEOUT_S) if front is not None else 0
+        if front is not None:
+            front.take_out(cluster)
+        LocalRayCluster(self.colours.settings(cluster)).stop()
+        return (f"the {cluster} cluster stopped after its requests in flight finished"
+                + (f" ({left} still open after {DRAIN_TIMEOUT_S:.0f} s)" if left else ""))
+
+    def remove_cluster(self, cluster: str) -> str:
+        if cluster == self.colours.active():
+            raise ClusterError(f"the {cluster} cluster serves: it is not removed")
+        LocalRayCluster(self.colours.settings(cluster)).stop()
+        return f"the candidate's {cluster} cluster stopped (it never took a user request)"
 
     # -- Serve control (raylift.targets.serve_control): this machine's dashboard, its token where Ray's CLI reads it
     def serve_dashboard(self) -> RayDashboardHook:
@@ -111,7 +234,10 @@ class LocalTarget(DashboardServeControl, Target):
         }
 
     def endpoint_url(self) -> str:
-        return self.settings.serve_url
+        """The front's URL where one is configured (it outlives a cluster), else the cluster's Serve port."""
+        if self._direct:
+            return self.settings.serve_url
+        return self.base_settings.front_url or self.settings.serve_url
 
     def ensure_app_runtime(self, module: str, app_kind: str) -> None:
         """Install what only one app needs into the runtime env on that app's first deploy
@@ -192,7 +318,21 @@ class LocalTarget(DashboardServeControl, Target):
             partial.replace(cached)
 
     def teardown(self) -> None:
-        self.cluster.stop()
+        """Both colours' clusters, then the front."""
+        from raylift.local.blue_green import COLOURS
+
+        for colour in COLOURS:
+            LocalRayCluster(self.colours.settings(colour)).stop()
+        front = self.front()
+        if front is not None:
+            front.stop()
+        self.colours.record_file.unlink(missing_ok=True)
 
     def local_store(self) -> LocalStore:
         return LocalStore(self._model_store)
+
+
+def same_runtime(a: Path, b: Path) -> bool:
+    """Whether two runtime Pythons are one runtime env: by their folder's real path, not the interpreter a venv's
+    ``bin/python`` links to (every venv of one interpreter resolves to the same file)."""
+    return (a.parent.resolve(), a.name) == (b.parent.resolve(), b.name)

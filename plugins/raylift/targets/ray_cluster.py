@@ -25,7 +25,8 @@ from raylift.config import RAY_JOB_TIMEOUT_S, LocalSettings
 from raylift.errors import ClusterError, CredentialsError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.records import ClusterExpectation
-from raylift.targets.local import LocalOptions, LocalTarget
+from raylift.targets.base import ClusterPair, Target
+from raylift.targets.local import LocalTarget, StoreOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def _http_url(option: str, value: str, example: str) -> str:
     return value.rstrip("/")
 
 
-class RayOptions(LocalOptions):
+class RayOptions(StoreOptions):
     """The ``ray`` target's ``target_options``: the cluster's two URLs, plus ``model_store``, ``hf_conn_id`` and
     ``aws_conn_id`` as for local."""
 
@@ -99,6 +100,17 @@ class RayClusterTarget(LocalTarget):
             )
 
     # -- cluster: as it is ---------------------------------------------------------------------
+    def cluster_change(self) -> str | None:
+        """None: raylift never restarts or replaces a cluster it did not start (nor reads this machine's own)."""
+        return None
+
+    @property
+    def replaces_cluster_in_place(self) -> bool:
+        return True  # nothing to replace: the cluster is as it is
+
+    def blue_green_pair(self) -> ClusterPair:
+        return Target.blue_green_pair(self)  # refused: one cluster, as it is
+
     def scale(self, *, workers: int) -> ClusterExpectation:
         """No scaling (raylift did not start this cluster): the cluster must answer, and is expected as it is."""
         if workers < 0:
