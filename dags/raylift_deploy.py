@@ -66,7 +66,8 @@ with DAG(
     acquire = AcquireClusterLeaseSensor(task_id="acquire_cluster_lease", **TARGET)
     # the tasks between acquire_cluster_lease and release_cluster_lease: they renew the run's lease and write under it
     RELEASE = {**IMAGE, "holds_release_lease": True, "release_lease": acquire.output}
-    scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}", **RELEASE)
+    scale = ScaleClusterOperator(task_id="scale_cluster", workers="{{ params.workers }}",
+                                 release="{{ params.release }}", **RELEASE)
     ready = RayClusterReadySensor(task_id="wait_cluster_ready", expectation=scale.output, **TARGET)
     deploy = ServeDeployOperator(
         task_id="deploy",

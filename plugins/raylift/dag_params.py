@@ -218,7 +218,9 @@ def deploy_params() -> dict[str, Param]:
             description="canary: a changed app starts as <app>-canary beside the serving one, is measured with it in "
             "the same rounds, and replaces it only if the gate promotes it (no user request meets a rejected "
             "candidate). direct: applied to the app itself and judged against the anchor's samples from another "
-            "moment. A first deploy is always direct",
+            "moment. A first deploy is always direct. A change the serving cluster cannot run (a new image, a local "
+            "runtime_python, a new EKS rayClusterConfig) is released blue/green under canary (a second cluster, the "
+            "endpoint switched on promote) and in place under direct (an announced outage on ECS)",
         ),
         "max_regression": param(
             param_default("max_regression"), type="number", minimum=0, exclusiveMaximum=1,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -308,3 +309,112 @@ def test_the_capacity_providers_auto_scaling_groups_count_in_whole_instances(s3_
     assert "Auto Scaling group ray-workers (ray-workers) can launch 1 more (MaxSize 2, 1 running)" in message, message
     assert "1 of 3 task(s) find no room" in message, message
     assert changes(s3_proxy) == []
+
+
+def scheduler_runs_green(direct: Direct, timeout_s: float = 10) -> str:
+    """Once raylift created green's services (their revisions set), run them as ECS's scheduler would (ecs_runs)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = services(direct, "ray-head-green", "ray-worker-green")
+        if len(found) == 2 and all(s["status"] == "ACTIVE" for s in found.values()):
+            head = found["ray-head-green"]
+            plan = GreenPlan(cluster="ray", blue_head="ray-head", blue_worker="ray-worker", green_head="ray-head-green",
+                             green_worker="ray-worker-green", green_discovery="head-green", image="", head_from="",
+                             worker_from="", workers=2, head_revision=head["taskDefinition"])  # fmt: skip
+            return ecs_runs(direct, plan)
+        time.sleep(0.05)
+    raise AssertionError("raylift created no green services")
+
+
+@pytest.fixture()
+def green_dashboard() -> Any:
+    """A stand-in for green's Ray dashboard (its version page: what start_cluster waits for) on 127.0.0.1."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Version(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = b'{"ray_version": "2.60.0"}'
+            self.send_response(200 if self.path == "/api/version" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Version)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_the_release_steps_carry_a_new_image_out_blue_green_through_the_target_interface(
+    s3_proxy: Proxy, direct: Direct, green_dashboard: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """What raylift.release.blue_green calls on ECS: the change read without a write, the scale step leaving the
+    image to the release, the candidate pair started and reached through its own Cloud Map name, the switch, the
+    old pair retired; the next task's target drives the new pair."""
+    from raylift.errors import ClusterError
+    from raylift.release.blue_green import STARTED, promote_blue_green
+    from raylift.release.state import DeploymentState
+    from raylift.store import LocalStore
+
+    repo = stack(direct)
+    image = f"{repo}@sha256:" + "d" * 64
+    monkeypatch.setattr(EcsTarget, "image_reference", lambda self: image)
+    conn = json.loads(s3_proxy.conn_json())  # Cloud Map's DiscoverInstances: no "data-" host prefix before moto
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
+        conn | {"extra": conn["extra"] | {"config_kwargs": {"inject_host_prefix": False}}}))
+    options = {"roll_out_image": True, "dashboard_port": green_dashboard, "endpoint_drain_s": 0.01}
+    t = target(**options)
+    assert t.cluster_change() == f"a new image ({repo}:latest -> {image}, service ray-head)"
+    t.cluster_change_in_place = False  # the scale step of a canary (raylift.release.plan.replaced_in_place)
+    t.scale(workers=2)
+    assert [c for c in changes(s3_proxy) if c[0] == "RegisterTaskDefinition"] == []  # the image is the release's
+    blue_ip = ecs_runs(direct, GreenPlan(cluster="ray", blue_head="", blue_worker="", green_head="ray-head",
+                                         green_worker="ray-worker", green_discovery="head", image="", head_from="",
+                                         worker_from="", workers=2, head_revision="ray-head:1"))  # blue's head task
+    t.ensure_endpoint()  # the cluster-ready step: the endpoint's name answers with the serving head from the start
+    t.ensure_endpoint()  # once it answers, nothing more
+    assert endpoint(direct) == [blue_ip]
+    assert [c for c in changes(s3_proxy) if c[0] == "RegisterInstance"] == [("RegisterInstance", "raylift-endpoint")]
+    with pytest.raises(ClusterError, match="endpoint_cloud_map_service"):
+        target(**options, endpoint_cloud_map_service=None).blue_green_pair()
+    pair = t.blue_green_pair()
+    assert pair == ("ray-head", "ray-head-green")
+
+    sd = direct("servicediscovery")
+    head_green = next(s["Id"] for s in sd.list_services()["Services"] if s["Name"] == "head-green")
+    sd.register_instance(ServiceId=head_green, InstanceId="green-head-task",
+                         Attributes={"AWS_INSTANCE_IPV4": "127.0.0.1"})  # ECS's registration of green's head task
+    ran: dict[str, str] = {}
+    scheduler = threading.Thread(target=lambda: ran.update(ip=scheduler_runs_green(direct)), daemon=True)
+    scheduler.start()  # ECS's scheduler, as moto leaves it to the test: green's tasks run once its services exist
+    t.start_cluster(pair.candidate, workers=2)
+    scheduler.join(timeout=10)
+    started = GreenPlan.from_dict(t.blue_green_record()["plan"])
+    assert (started.blue_head, started.green_head, started.image) == ("ray-head", "ray-head-green", image)
+    green = t.on_cluster(pair.candidate)
+    assert (green.head_service, green.worker_service, green.cloud_map_service) == (
+        "ray-head-green", "ray-worker-green", "head-green")
+    assert green.endpoint_url() == "http://127.0.0.1:8000" and green.serve_dashboard_url().endswith(
+        f":{green_dashboard}")
+    assert t.head_service == "ray-head" and endpoint(direct) == [blue_ip]  # blue serves; nobody moved
+    green_ip = ran["ip"]
+
+    state = DeploymentState(LocalStore(tmp_path), "ecs", "llm")
+    state.save_blue_green("run-1", {"serving": pair.serving, "candidate": pair.candidate, "stage": STARTED})
+    done = promote_blue_green(t, state, "run-1")
+    assert "ray-head, ray-worker scaled in and deleted" in done, done
+    assert endpoint(direct) == [green_ip]
+    order = [c for c in changes(s3_proxy) if c[0] in ("RegisterInstance", "DeleteService")]
+    assert order == [("RegisterInstance", "raylift-endpoint"), ("RegisterInstance", "raylift-endpoint"),
+                     ("DeleteService", "ray-worker"),
+                     ("DeleteService", "ray-head")]  # fmt: skip
+    after = target(**options)  # the next task: it drives the pair that serves
+    assert (after.head_service, after.worker_service, after.cloud_map_service) == (
+        "ray-head-green", "ray-worker-green", "head-green")
+    assert after.blue_green_pair() == ("ray-head-green", "ray-head")

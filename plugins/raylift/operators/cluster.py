@@ -21,13 +21,18 @@ class ScaleClusterOperator(TargetOperator):
         ``eks``: past the worker node group's maxSize, which raylift never raises) is refused before anything is
         resized.
     :param deferrable: free the worker slot while Ray drains (the triggerer waits); False waits in the worker on
-        the same condition. None takes Airflow's ``[operators] default_deferrable``."""
+        the same condition. None takes Airflow's ``[operators] default_deferrable``.
+    :param release: the run's ``release`` Param, None outside a release: a change of the cluster itself (a new
+        image) is carried out here, in place, only for ``direct`` (``raylift.release.plan.replaced_in_place``);
+        otherwise the deploy step releases it blue/green."""
 
-    template_fields = (*TargetOperator.template_fields, "workers")
+    template_fields = (*TargetOperator.template_fields, "workers", "release")
 
-    def __init__(self, *, workers: int | str = 0, deferrable: bool | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, workers: int | str = 0, deferrable: bool | None = None, release: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.workers = workers
+        self.release = release
         self.deferrable = default_deferrable(deferrable)
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -38,8 +43,11 @@ class ScaleClusterOperator(TargetOperator):
             raise RayliftValueError(f"'workers' must be an integer >= 0, got {self.workers!r}.") from None
         if workers < 0:
             raise RayliftValueError(f"'workers' must be >= 0, got {workers}.")
+        from raylift.release.plan import replaced_in_place
+
         watch = Stopwatch()
         target = self.target_impl
+        target.cluster_change_in_place = replaced_in_place(self.release)
         plan = target.scale_in_plan(workers)
         if plan is None:  # a scale-out, the same count, or a target that does not drain
             want = target.scale(workers=workers)

@@ -25,7 +25,7 @@ import re
 import time
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -73,6 +73,12 @@ class EcsOptions(AwsOptions):
     # the raylift-owned Cloud Map service of the user endpoint (blue/green: one instance, re-registered at the
     # switch); None: the endpoint is the head's own service (no blue/green switch)
     endpoint_cloud_map_service: str | None = Field(None, min_length=1)
+    # a blue/green release's room: "auto" checks that green fits beside blue before starting it; "none" starts it
+    # unchecked (green may only start as blue goes: an announced outage, logged as such)
+    blue_green_surge: Literal["auto", "none"] = "auto"
+    # after the switch, how long the old pair keeps serving before it is retired: the endpoint record's DNS TTL
+    # (terraform: 10 s) plus the longest request a client may still send to the old head
+    endpoint_drain_s: PositiveSeconds = 60.0
     dashboard_port: Port = 8265
     serve_port: Port = 8000
     serve_host: str = Field("0.0.0.0", min_length=1)  # where Serve's proxy binds on the head
@@ -116,12 +122,8 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl,
         super().__init__(opts)
         self.options = opts
         self.cluster = opts.cluster
-        self.head_service, self.worker_service = opts.head_service, opts.worker_service
-        self.head_address, self.cloud_map_namespace, self.cloud_map_service = (
-            opts.head_address,
-            opts.cloud_map_namespace,
-            opts.cloud_map_service,
-        )
+        self.head_address, self.cloud_map_namespace = opts.head_address, opts.cloud_map_namespace
+        self._services: tuple[str, str, str] | None = None  # (head, worker, Cloud Map service): see _pair
         self.dashboard_port, self.serve_port, self.endpoint = opts.dashboard_port, opts.serve_port, opts.endpoint
         self.serve_host = opts.serve_host
         self.head_gpus = opts.gpus_per_node if opts.head_gpus is None else opts.head_gpus
@@ -131,6 +133,32 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl,
         self.scale_timeout_s, self.scale_poll_interval_s = opts.scale_timeout_s, opts.scale_poll_interval_s
         self.drain_timeout_s = opts.drain_timeout_s
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
+
+    # -- which service pair this target drives ---------------------------------------------------------
+    def _pair(self) -> tuple[str, str, str]:
+        """(head service, worker service, the head's Cloud Map service) this target drives: the pair ``on_cluster``
+        bound, else the serving pair, read once per task. Where no blue/green release is possible (no
+        ``endpoint_cloud_map_service``), the options' pair, with nothing read."""
+        if self._services is None:
+            opts = self.options
+            if opts.endpoint_cloud_map_service is None:
+                self._services = (opts.head_service, opts.worker_service, opts.cloud_map_service)
+            else:
+                head, worker = self.active_pair()
+                self._services = (head, worker, self._discovery_name(head))
+        return self._services
+
+    @property
+    def head_service(self) -> str:
+        return self._pair()[0]
+
+    @property
+    def worker_service(self) -> str:
+        return self._pair()[1]
+
+    @property
+    def cloud_map_service(self) -> str:
+        return self._pair()[2]
 
     # -- hooks -------------------------------------------------------------------------------------
     def _ecs(self) -> Any:
@@ -185,7 +213,9 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl,
             raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
         ecs = self._ecs()
         ecs.service_counts(self.cluster, [self.head_service, self.worker_service])  # both exist, or a clear error
-        if self.rolls_out_image:  # before the counts: tasks started by the scale-up run the new revision
+        # before the counts: tasks started by the scale-up run the new revision; only where the release replaces the
+        # cluster in place (release: direct, an announced outage): otherwise the deploy step releases it blue/green
+        if self.rolls_out_image and self.cluster_change_in_place:
             self.roll_out_image()
         ecs.scale_service(self.cluster, self.head_service, 1)
         ecs.scale_service(self.cluster, self.worker_service, workers)
@@ -456,6 +486,7 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl,
                 f"Ray cluster on ECS {self.cluster!r} is missing {', '.join(gaps)} (ECS: {tasks}). "
                 "Workers may still be joining, or the capacity provider has too few GPU instances."
             )
+        self.ensure_endpoint()  # the user endpoint's name answers with this head from the first deploy on
         return state
 
     def billed_nodes(self) -> dict[str, int]:

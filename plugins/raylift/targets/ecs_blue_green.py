@@ -29,6 +29,7 @@ from raylift.errors import ClusterCapacityError, ClusterError, RayliftValueError
 if TYPE_CHECKING:
     from raylift.hooks.ecs_service import ContainerCapacity, EcsServiceHook, TaskResources
     from raylift.store import ObjectStore
+    from raylift.targets.base import ClusterPair
     from raylift.triggers.ecs import EcsServicesStableTrigger
 
 log = logging.getLogger(__name__)
@@ -73,11 +74,10 @@ class EcsBlueGreen:
     """Mixed into ``EcsTarget`` (whose attributes it uses): the ECS half of a blue/green release."""
 
     cluster: str
-    head_service: str
-    worker_service: str
     cloud_map_namespace: str | None
-    cloud_map_service: str
     serve_port: int
+    endpoint: str | None
+    _services: tuple[str, str, str] | None
     scale_poll_interval_s: float
     scale_timeout_s: float
     options: Any
@@ -112,11 +112,13 @@ class EcsBlueGreen:
     def active_pair(self) -> tuple[str, str]:
         """The (head, worker) services that serve: the options' pair unless a blue/green release switched."""
         active = self.blue_green_record().get("active") or {}
-        return str(active.get("head") or self.head_service), str(active.get("worker") or self.worker_service)
+        opts = self.options
+        return str(active.get("head") or opts.head_service), str(active.get("worker") or opts.worker_service)
 
     def _discovery_name(self, head: str) -> str:
         """The Cloud Map service a pair's head registers in: ``cloud_map_service``, ``-green`` for the green pair."""
-        return self.cloud_map_service + (GREEN_SUFFIX if head == self.head_service + GREEN_SUFFIX else "")
+        opts = self.options
+        return str(opts.cloud_map_service) + (GREEN_SUFFIX if head == opts.head_service + GREEN_SUFFIX else "")
 
     # -- 1. plan -----------------------------------------------------------------------------------
     def green_plan(self, image: str | None = None, *, surge: str = "auto") -> GreenPlan:
@@ -134,10 +136,11 @@ class EcsBlueGreen:
 
         ecs = self._ecs()
         blue_head, blue_worker = self.active_pair()
-        base = blue_head == self.head_service
+        opts = self.options
+        base = blue_head == opts.head_service
         green_head, green_worker = (
-            (self.head_service + GREEN_SUFFIX, self.worker_service + GREEN_SUFFIX)
-            if base else (self.head_service, self.worker_service)
+            (opts.head_service + GREEN_SUFFIX, opts.worker_service + GREEN_SUFFIX)
+            if base else (opts.head_service, opts.worker_service)
         )  # fmt: skip
         head, worker = self._blue_service(ecs, blue_head), self._blue_service(ecs, blue_worker)
         ref = image or self.image_reference()
@@ -352,6 +355,133 @@ class EcsBlueGreen:
                 ecs.scale_service(self.cluster, service, 0)
         for service in (worker, head):
             ecs.delete_service(self.cluster, service)
+
+    def ensure_endpoint(self) -> None:
+        """Register the serving head in the user endpoint's Cloud Map service (``endpoint_cloud_map_service``) when
+        the name answers nothing yet: users reach the endpoint by that name from the first deploy, so a later switch
+        moves them. Nothing without the option, or once the name answers."""
+        from raylift.hooks.service_discovery import CloudMapHook
+
+        endpoint = self.options.endpoint_cloud_map_service
+        if not endpoint or not self.cloud_map_namespace:
+            return
+        cloud_map = CloudMapHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        try:
+            cloud_map.discover_host(self.cloud_map_namespace, endpoint)
+            return
+        except ClusterError:
+            pass  # no instance yet
+        head, _ = self.active_pair()
+        ips = sorted(ip for found in self._ecs().service_task_ips(self.cluster, head).values() for ip in found)
+        if len(ips) != 1:
+            log.warning("the endpoint %s.%s answers nothing and head service %s runs %d task IP(s): not registered",
+                        endpoint, self.cloud_map_namespace, head, len(ips))
+            return
+        service_id, _ = cloud_map.service_ids(self.cloud_map_namespace, endpoint)
+        cloud_map.register_endpoint(service_id, ENDPOINT_INSTANCE, ips[0], self.serve_port)
+        log.info("the endpoint %s.%s now answers with the serving head %s (%s:%d)", endpoint,
+                 self.cloud_map_namespace, head, ips[0], self.serve_port)
+
+    # -- the release's interface (raylift.targets.base: cluster_change ... remove_cluster) -------------------------
+    def cluster_change(self) -> str | None:
+        """The serving pair's Ray container runs another image than this release's (``image_reference``): read
+        only (no revision is registered). None where the target does not roll images out."""
+        from raylift.hooks.ecs_service import image_repository
+
+        if not getattr(self, "rolls_out_image", False):
+            return None
+        ref = self.image_reference()
+        repo, ecs = image_repository(ref), self._ecs()
+        head, worker = self.active_pair()
+        for service, arn in sorted(ecs.service_task_definitions(self.cluster, [head, worker]).items()):
+            images = [str(c.get("image")) for c in ecs.task_definition(arn).get("containerDefinitions") or []
+                      if image_repository(str(c.get("image", ""))) == repo]
+            if images and ref not in images:
+                return f"a new image ({images[0]} -> {ref}, service {service})"
+        return None
+
+    def blue_green_pair(self) -> ClusterPair:
+        from raylift.targets.base import ClusterPair
+
+        if not self.options.endpoint_cloud_map_service or not self.cloud_map_namespace:
+            raise ClusterError(
+                "A new image on ECS is released blue/green: a second service pair beside the serving one, and the "
+                "endpoint's Cloud Map name moved to it on promote. Set the target options 'cloud_map_namespace' and "
+                "'endpoint_cloud_map_service' (terraform module ecs_ray's output endpoint_cloud_map_service), or "
+                "release: direct (the services are rolled in place: an announced outage). Nothing was changed.")
+        head, _ = self.active_pair()
+        plan = self._recorded_plan()
+        if plan is not None and plan.blue_head == head and self.blue_green_record().get("state") == "starting":
+            return ClusterPair(serving=head, candidate=plan.green_head)  # a retried step: the pair it started
+        opts = self.options
+        other = opts.head_service if head != opts.head_service else opts.head_service + GREEN_SUFFIX
+        return ClusterPair(serving=head, candidate=other)
+
+    def _recorded_plan(self) -> GreenPlan | None:
+        recorded = self.blue_green_record().get("plan")
+        return GreenPlan.from_dict(recorded) if recorded else None
+
+    def _plan_for(self, *, green: str | None = None, blue: str | None = None) -> GreenPlan:
+        plan = self._recorded_plan()
+        if plan is None or (green and plan.green_head != green) or (blue and plan.blue_head != blue):
+            raise ClusterError(f"no blue/green plan recorded for ECS {self.cluster!r} with green {green or '?'} and "
+                               f"blue {blue or '?'} (the record has {plan and (plan.blue_head, plan.green_head)})")
+        return plan
+
+    def on_cluster(self, cluster: str) -> Any:
+        """This target on the pair whose head service is ``cluster``: its Ray dashboard and Serve port, through
+        its own Cloud Map service (not the user endpoint)."""
+        import copy
+
+        opts = self.options
+        worker = opts.worker_service + ("" if cluster == opts.head_service else GREEN_SUFFIX)
+        bound = copy.copy(self)
+        bound._services = (cluster, worker, self._discovery_name(cluster))
+        bound.endpoint = None
+        return bound
+
+    def start_cluster(self, cluster: str, *, workers: int) -> None:
+        """Plan green (capacity checked unless ``blue_green_surge`` is none), start it, wait until ECS runs it and
+        its Ray dashboard answers. ``workers``: green gets blue's worker count (the plan reads it from ECS)."""
+        import time
+
+        plan = self.green_plan(surge=self.options.blue_green_surge)
+        if plan.green_head != cluster:
+            raise ClusterError(f"ECS's next green pair is {plan.green_head}, not {cluster}")
+        self.start_green(plan)  # resumes a recorded try of the same plan
+        from raylift.triggers.base import attempts_for
+
+        self._ecs().wait_for_services(  # green's services are new: one deployment each, at its desired count
+            self.cluster, [plan.green_head, plan.green_worker], waiter_delay=self.scale_poll_interval_s,
+            waiter_max_attempts=attempts_for(self.scale_timeout_s, self.scale_poll_interval_s))
+        dashboard = self.on_cluster(cluster)._dashboard()
+        deadline = time.monotonic() + self.scale_timeout_s
+        while not dashboard.is_up():
+            if time.monotonic() > deadline:
+                raise ClusterError(f"green's Ray dashboard ({dashboard.address}) did not answer in "
+                                   f"{self.scale_timeout_s:.0f} s. The rollback step removes green; blue serves.")
+            time.sleep(self.scale_poll_interval_s)
+
+    def switch_endpoint(self, to: str) -> None:
+        self.switch_to_green(self._plan_for(green=to))
+
+    def retire_cluster(self, cluster: str) -> str:
+        """``endpoint_drain_s`` after the switch (resolvers may still hold blue's address for the record's TTL, and
+        requests sent to it finish), blue's services are scaled in and deleted."""
+        import time
+
+        plan = self._plan_for(blue=cluster)
+        drain = float(self.options.endpoint_drain_s)
+        log.info("blue/green on ECS %r: %s keeps serving for %.0f s after the switch, then is retired",
+                 self.cluster, cluster, drain)
+        time.sleep(drain)
+        self.retire_blue(plan)
+        return f"the old service pair {plan.blue_head}, {plan.blue_worker} scaled in and deleted"
+
+    def remove_cluster(self, cluster: str) -> str:
+        plan = self._plan_for(green=cluster)
+        self.remove_green(plan)
+        return f"the candidate's service pair {plan.green_head}, {plan.green_worker} scaled in and deleted"
 
     def _refuse_when_active(self, plan: GreenPlan, what: str) -> None:
         """ClusterError when ``plan``'s green is the active pair already (a stale plan would act on what serves)."""

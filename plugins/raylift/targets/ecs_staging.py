@@ -25,7 +25,11 @@ class EcsStaging:
     # -- what the host supplies (``EcsTarget``) ----------------------------------------------------------------
     aws: AwsOptions
     cluster: str  # the ECS cluster the task runs in
-    head_service: str  # the service whose network placement the task takes
+
+    if TYPE_CHECKING:
+
+        @property
+        def head_service(self) -> str: ...  # the service whose network placement the task takes
 
     def _staging_hook(self) -> EcsStagingHook:
         from raylift.hooks.ecs_staging import EcsStagingHook
