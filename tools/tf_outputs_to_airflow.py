@@ -59,6 +59,8 @@ TARGET_OPTIONS: dict[str, dict[str, str]] = {
         "eks_service_account": "service_account",
         # the internal load balancer in front of Serve: the default (cluster DNS) resolves only inside the cluster
         "eks_serve_endpoint": "endpoint",
+        # the GatewayClass a blue/green release holds KubeRay's upgrade with (null without the stack's gateway)
+        "eks_gateway_class": "gateway_class",
         # the model staging Job's service account and image (null without the stack's staging_image)
         "eks_staging_service_account": "staging_service_account",
         "staging_image": "staging_image",

@@ -60,6 +60,7 @@ SAMPLE_VALUES = {
         "ray_auth_secret": "ray-auth-token",
         "eks_serve_endpoint": "http://raylift-eks-serve-0123456789abcdef.elb.us-east-2.amazonaws.com:8000",
         "eks_staging_service_account": "raylift-model-staging",
+        "eks_gateway_class": "raylift",
         "staging_image": "123456789012.dkr.ecr.us-east-2.amazonaws.com/raylift-airflow:1.4.0",
     },
 }

@@ -61,14 +61,17 @@ def test_gpu_profile_requests_gpus_on_g5_g6_with_toleration() -> None:
     values = types["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
     assert {t.split(".")[0] for t in values} == {"g5", "g6"}
     assert pod["tolerations"] == [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "raylift.io/nodegroup": "gpu"}
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
 
 
-def test_graviton_profile_lands_on_the_karpenter_arm64_pool_without_accelerators() -> None:
+def test_graviton_profile_runs_workers_on_its_node_group_and_the_head_on_karpenter_without_accelerators() -> None:
     cluster = render("graviton")["spec"]["rayClusterConfig"]
     head, worker = cluster["headGroupSpec"], cluster["workerGroupSpecs"][0]
+    assert head["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "arm64", "karpenter.sh/nodepool": "ray-head"}
+    assert worker["template"]["spec"]["nodeSelector"] == {
+        "kubernetes.io/arch": "arm64", "model-inferencing": "cpu-arm", "raylift.io/nodegroup": "graviton"}
     for pod in (head["template"]["spec"], worker["template"]["spec"]):
-        assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64", "model-inferencing": "cpu-arm"}
         limits = pod["containers"][0]["resources"]["limits"]
         assert GPU_RESOURCE not in limits and NEURON_RESOURCE not in limits
     assert PROFILES["graviton"].engine == "llama.cpp"
@@ -78,7 +81,7 @@ def test_inf2_profile_uses_neuron_devices_tp8_and_the_neuron_scheduler() -> None
     pod = render("inf2")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"][NEURON_RESOURCE] == "4"  # 4 devices = 8 cores
     assert pod["schedulerName"] == "my-scheduler"
-    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "inf2.48xlarge"}
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "inf2.48xlarge", "raylift.io/nodegroup": "inferentia"}
     assert PROFILES["inf2"].tensor_parallel_size == 8
 
 

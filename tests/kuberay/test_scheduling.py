@@ -121,7 +121,8 @@ def cluster() -> tuple[list[Pool], set[str]]:
 
 def test_the_example_has_the_pools_the_profiles_expect(cluster: tuple[list[Pool], set[str]]) -> None:
     all_pools, known = cluster
-    assert {p.name for p in all_pools if p.kind == "nodepool"} >= {"karpenter/gpu", "karpenter/graviton"}
+    assert {p.name for p in all_pools if p.kind == "nodepool"} == {"karpenter/ray-head"}
+    assert {p.name for p in all_pools if p.kind == "nodegroup"} == {"gpu", "graviton", "inferentia", "system"}
     assert [p.name for p in all_pools if p.system] == ["system"], "exactly one system node group runs Karpenter"
     assert "my-scheduler" in known
 
@@ -154,6 +155,42 @@ def test_the_head_does_not_depend_on_the_worker_group(profile: str, cluster: tup
     all_pools, known = cluster
     fit = placements(_pods(profile)["head"], all_pools, known)
     assert set(fit) - {PROFILES[profile].nodegroup}, f"{profile} head fits only {sorted(fit)}"
+
+
+def owners(all_pools: list[Pool], known: set[str]) -> dict[str, list[str]]:
+    """``"<profile>/<pod>" -> [pools that can run it]`` for every profile pod."""
+    return {f"{profile}/{pod}": sorted(placements(spec, all_pools, known))
+            for profile in sorted(PROFILES) for pod, spec in _pods(profile).items()}
+
+
+def test_each_profile_pod_has_exactly_one_pool_that_can_run_it(cluster: tuple[list[Pool], set[str]]) -> None:
+    """One owner per pool: were a managed node group and a Karpenter NodePool both able to run a pod, a Pending pod
+    would have both add a node for it (raylift resizing the group, Karpenter launching one), and raylift's capacity
+    arithmetic would be off. Workers belong to their profile's node group, heads to Karpenter's ray-head pool."""
+    all_pools, known = cluster
+    found = owners(all_pools, known)
+    shared = {pod: pools for pod, pools in found.items() if len(pools) > 1}
+    assert shared == {}, f"pods more than one pool can run: {shared}"
+    for profile, node_profile in PROFILES.items():
+        assert found[f"{profile}/head"] == ["karpenter/ray-head"]
+        for worker in node_profile.workers:
+            assert found[f"{profile}/{worker.group_name}"] == [node_profile.nodegroup]
+
+
+def test_the_ownership_check_sees_a_pool_shared_by_a_node_group_and_karpenter(
+    cluster: tuple[list[Pool], set[str]]
+) -> None:
+    """The oracle itself: a NodePool with the graviton node group's labels (what the stack had) shares its workers."""
+    all_pools, known = cluster
+    [group] = [p for p in all_pools if p.name == "graviton"]
+    twin = Pool("karpenter/graviton", "nodepool", [
+        Node(n.instance_type, {k: v for k, v in n.labels.items() if k != "raylift.io/nodegroup"}, n.taints,
+             n.allocatable) for n in group.nodes])
+    spec = _pods("graviton")["cpu-arm"]
+    without_selector = {**spec, "nodeSelector": {k: v for k, v in spec["nodeSelector"].items()
+                                                 if k != "raylift.io/nodegroup"}}
+    assert sorted(placements(without_selector, [*all_pools, twin], known)) == ["graviton", "karpenter/graviton"]
+    assert sorted(placements(spec, [*all_pools, twin], known)) == ["graviton"]
 
 
 def test_the_predicate_follows_kube_scheduler() -> None:

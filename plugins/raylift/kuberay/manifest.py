@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from raylift import config
 from raylift.errors import RayliftValueError
-from raylift.kuberay.profiles import NodeProfile, PodProfile, get_profile
+from raylift.kuberay.profiles import NODEGROUP_LABEL, NodeProfile, PodProfile, get_profile
 
 API_VERSION = "ray.io/v1"
 KIND = "RayService"
@@ -104,11 +104,7 @@ def render_rayservice(
     mounts = _model_volume(hf_home, model_volume_claim)
     pod = _PodExtras(mounts, service_account)
 
-    upgrade: dict[str, Any] = {"type": upgrade_strategy}
-    if upgrade_strategy == "NewClusterWithIncrementalUpgrade":
-        if not gateway_class:
-            raise InvalidRayServiceError(INCREMENTAL_NEEDS_GATEWAY)
-        upgrade["clusterUpgradeOptions"] = {"gatewayClassName": gateway_class, **INCREMENTAL_UPGRADE_OPTIONS}
+    upgrade = upgrade_strategy_spec(upgrade_strategy, gateway_class)
 
     worker_groups = []
     for group in node_profile.workers:
@@ -119,7 +115,8 @@ def render_rayservice(
                 "minReplicas": workers,
                 "maxReplicas": max(workers, group.max_replicas),
                 "rayStartParams": dict(group.pod.ray_start_params),
-                "template": _pod_template(group.pod, image, "ray-worker", env_list, pod, head=False),
+                "template": _pod_template(group.pod, image, "ray-worker", env_list, pod, head=False,
+                                          nodegroup=node_profile.nodegroup),
             }
         )
     return {
@@ -151,6 +148,20 @@ def render_rayservice(
             },
         },
     }
+
+
+def upgrade_strategy_spec(upgrade_strategy: str, gateway_class: str | None = None) -> dict[str, Any]:
+    """``spec.upgradeStrategy`` for ``upgrade_strategy`` (the incremental upgrade's options with ``gateway_class``)."""
+    if upgrade_strategy not in UPGRADE_STRATEGIES:
+        raise InvalidRayServiceError(
+            f"Unknown upgrade_strategy {upgrade_strategy!r}; choose one of {list(UPGRADE_STRATEGIES)}."
+        )
+    upgrade: dict[str, Any] = {"type": upgrade_strategy}
+    if upgrade_strategy == "NewClusterWithIncrementalUpgrade":
+        if not gateway_class:
+            raise InvalidRayServiceError(INCREMENTAL_NEEDS_GATEWAY)
+        upgrade["clusterUpgradeOptions"] = {"gatewayClassName": gateway_class, **INCREMENTAL_UPGRADE_OPTIONS}
+    return upgrade
 
 
 def serve_config_v2(serve_config: dict[str, Any]) -> str:
@@ -317,7 +328,10 @@ def _pod_template(
     extras: _PodExtras,
     *,
     head: bool,
+    nodegroup: str = "",
 ) -> dict[str, Any]:
+    """A Ray pod's template; a worker's (``nodegroup``: its profile's managed node group) selects that group's nodes
+    (``NODEGROUP_LABEL``), so only the group raylift sizes can run it."""
     volumes, mounts = extras.volumes_and_mounts
     cache_volumes, cache_mounts, init_containers = _node_caches(pod, image)
     volumes, mounts = volumes + cache_volumes, mounts + cache_mounts
@@ -343,8 +357,9 @@ def _pod_template(
         spec["initContainers"] = init_containers
     if extras.service_account:
         spec["serviceAccountName"] = extras.service_account
-    if pod.node_selector:
-        spec["nodeSelector"] = dict(pod.node_selector)
+    selector = {**pod.node_selector, **({NODEGROUP_LABEL: nodegroup} if nodegroup else {})}
+    if selector:
+        spec["nodeSelector"] = selector
     if pod.tolerations:
         spec["tolerations"] = [dict(t) for t in pod.tolerations]
     if pod.instance_types:

@@ -5,11 +5,16 @@ each pod requests, and which accelerator Ray sees. ``render_rayservice`` turns a
 worker count into ``rayClusterConfig``; ``capacity_needed`` turns it into totals the EKS target
 compares with node-group headroom.
 
-- ``gpu-vllm``: vLLM on NVIDIA A10G/L4 workers (g5/g6), one ``nvidia.com/gpu`` per worker pod; the head on
-  an amd64 CPU node (Karpenter pool ``ray-head``).
-- ``graviton``: llama.cpp on Graviton (seed 001): arm64 nodes from the Karpenter pool labelled
-  ``model-inferencing: cpu-arm`` (the managed node group ``graviton`` raylift resizes, or Karpenter's pool),
-  one c7g/c8g.8xlarge per worker pod, CPU only. Never the ``system`` node group Karpenter itself runs on.
+One owner per pool: worker pods run only on the managed node group raylift resizes for them (nodeSelector
+``raylift.io/nodegroup: <nodegroup>``, the label terraform's eks_ray module puts on each managed group), never on a
+Karpenter NodePool, so Karpenter and raylift never both add nodes for the same pods; heads run only on Karpenter's
+``ray-head`` NodePool (``karpenter.sh/nodepool: ray-head``), never on a worker group raylift scales to 0.
+
+- ``gpu-vllm``: vLLM on NVIDIA A10G/L4 workers (g5/g6) of the managed group ``gpu``, one ``nvidia.com/gpu`` per
+  worker pod; the head on an amd64 CPU node (Karpenter pool ``ray-head``).
+- ``graviton``: llama.cpp on Graviton (seed 001): one c7g/c8g.8xlarge of the managed group ``graviton``
+  (label ``model-inferencing: cpu-arm``) per worker pod, CPU only; the head on an arm64 node of Karpenter's
+  ``ray-head`` pool. Never the ``system`` node group Karpenter itself runs on.
 - ``inf2``: vLLM on Inferentia2 (seed 004): TP=8 = 4 Neuron devices (2 cores each) per pod, three
   pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``); the Neuron compile
   cache on the node's disk (``NEURON_COMPILE_CACHE``), shared by the node's pods and kept across restarts.
@@ -106,8 +111,13 @@ NEURON_COMPILE_CACHE = NodeCache(
 # Heads of the amd64 profiles: the terraform EKS example's Karpenter NodePool "ray-head" (small, untainted
 # amd64). Every amd64 node group is tainted for its accelerator, so a head selecting only the arch stayed Pending.
 _AMD64_HEAD_SELECTOR = {"kubernetes.io/arch": "amd64", "karpenter.sh/nodepool": "ray-head"}
+_ARM64_HEAD_SELECTOR = {"kubernetes.io/arch": "arm64", "karpenter.sh/nodepool": "ray-head"}
+# The label terraform's eks_ray module puts on each managed node group's nodes (its key): a worker pod selects its
+# profile's group by it (``render_rayservice``), so no Karpenter NodePool can provision for it.
+NODEGROUP_LABEL = "raylift.io/nodegroup"
 
-# g5.12xlarge / g6.12xlarge (4 GPUs) are the managed node group raylift scales; the smaller ones are Karpenter's.
+# The GPU instance types a worker pod takes: the managed group ``gpu``'s (g5.12xlarge in terraform's default) or
+# another of these where the stack's node_groups override names it.
 _GPU_TYPES = (
     "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g5.12xlarge",
     "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.8xlarge", "g6.12xlarge",
@@ -142,10 +152,10 @@ PROFILES: dict[str, NodeProfile] = {
     "graviton": NodeProfile(
         name="graviton",
         engine="llama.cpp",
-        description="llama.cpp on Graviton (c7g/c8g.8xlarge) from the Karpenter cpu-arm pool (seed 001)",
+        description="llama.cpp on Graviton (c7g/c8g.8xlarge) of the managed cpu-arm node group (seed 001)",
         head=PodProfile(
             resources={"cpu": "2", "memory": "8Gi"},
-            node_selector={"kubernetes.io/arch": "arm64", "model-inferencing": "cpu-arm"},
+            node_selector=_ARM64_HEAD_SELECTOR,
             ray_start_params=_HEAD_RAY_PARAMS,
         ),
         workers=(

@@ -86,3 +86,49 @@ def _app_message(info: dict[str, Any]) -> str:
         if dep.get("message"):
             return f"{deployment}: {dep['message']}"
     return ""
+
+
+@dataclass(frozen=True)
+class UpgradeView:
+    """The two clusters of a RayService upgrade as its status shows them (``active``/``pendingServiceStatus``):
+    names, Serve ``targetCapacity`` and ``trafficRoutedPercent`` (the incremental upgrade's), the pending cluster's
+    app states, and whether a rollback runs (condition ``RollbackInProgress``). ``None`` where KubeRay wrote none."""
+
+    active: str = ""
+    pending: str = ""
+    active_capacity: int | None = None
+    pending_capacity: int | None = None
+    active_traffic: int | None = None
+    pending_traffic: int | None = None
+    pending_apps: dict[str, str] = field(default_factory=dict)
+    rolling_back: bool = False
+    observed: bool = True
+    exists: bool = True
+
+    def describe(self) -> str:
+        return (f"active={self.active or '-'} (capacity {self.active_capacity}, traffic {self.active_traffic}), "
+                f"pending={self.pending or '-'} (capacity {self.pending_capacity}, traffic {self.pending_traffic}, "
+                f"apps {self.pending_apps or {}})" + (", rolling back" if self.rolling_back else ""))
+
+
+def upgrade_view(obj: dict[str, Any] | None) -> UpgradeView:
+    """Read a RayService's upgrade state (pure)."""
+    if not obj:
+        return UpgradeView(exists=False)
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    observed_generation = status.get("observedGeneration")
+    active = status.get("activeServiceStatus") or {}
+    pending = status.get("pendingServiceStatus") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    return UpgradeView(
+        active=str(active.get("rayClusterName") or ""),
+        pending=str(pending.get("rayClusterName") or ""),
+        active_capacity=active.get("targetCapacity"),
+        pending_capacity=pending.get("targetCapacity"),
+        active_traffic=active.get("trafficRoutedPercent"),
+        pending_traffic=pending.get("trafficRoutedPercent"),
+        pending_apps={app: str(info.get("status", "")) for app, info in (pending.get("applicationStatuses") or {}).items()},
+        rolling_back=(conditions.get("RollbackInProgress") or {}).get("status") == "True",
+        observed=generation is None or observed_generation is None or observed_generation >= generation,
+    )

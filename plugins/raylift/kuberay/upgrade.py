@@ -72,3 +72,41 @@ def upgrade_strategy(spec: Mapping[str, Any]) -> str:
 def starts_new_cluster(live_spec: Mapping[str, Any] | None, new_spec: Mapping[str, Any]) -> bool:
     """True when applying ``new_spec`` runs a second Ray cluster beside the live one until it serves."""
     return upgrade_strategy(new_spec) != "None" and cluster_change(live_spec, new_spec) is ClusterChange.NEW_CLUSTER
+
+
+# -- a held upgrade: the new cluster started beside the old one, no traffic to it until raylift promotes it ----------
+#
+# KubeRay (v1.7, ``rayservice_controller.go``) switches a ``NewCluster`` upgrade's Services to the pending cluster in
+# the reconcile after its Serve apps are all RUNNING; no RayService field delays that (``upgradeStrategy`` has only
+# ``type`` and the incremental upgrade's ``clusterUpgradeOptions``). The incremental upgrade is what can hold:
+# ``calculateTrafficRoutedPercent`` moves ``stepSizePercent`` of the traffic per interval, and KubeRay's validation
+# takes 0 ("stepSizePercent must be between 0 and 100"). With ``maxSurgePercent`` 100 the pending cluster's Serve
+# ``target_capacity`` is raised to 100 in one step (``reconcileServeTargetCapacity``) while its traffic stays at 0, the
+# active cluster keeps its 100, and the promotion condition (``IsIncrementalUpgradeComplete``: active capacity 0,
+# pending traffic 100) can never hold. Re-applying the spec with the configured strategy then lets KubeRay finish it
+# its own way: ``NewCluster`` switches the Services to the ready pending cluster at once; the incremental upgrade
+# moves the traffic by its own steps. Re-applying the old ``rayClusterConfig`` under the held strategy is KubeRay's
+# incremental rollback (``reconcileRollbackState``: the goal hash is the active cluster's), which removes the pending
+# cluster and leaves the active one as it is; under ``NewCluster`` the same apply would start a third cluster.
+HELD = "NewClusterWithIncrementalUpgrade"
+HOLD_OPTIONS: dict[str, Any] = {"stepSizePercent": 0, "maxSurgePercent": 100, "intervalSeconds": 60}
+
+
+def held_upgrade_strategy(gateway_class: str) -> dict[str, Any]:
+    """The ``upgradeStrategy`` that starts a pending cluster at full Serve capacity and routes it no traffic."""
+    return {"type": HELD, "clusterUpgradeOptions": {"gatewayClassName": gateway_class, **HOLD_OPTIONS}}
+
+
+def is_held(spec: Mapping[str, Any]) -> bool:
+    """True when ``spec`` is a held upgrade (``held_upgrade_strategy``): KubeRay never promotes under it."""
+    strategy = spec.get("upgradeStrategy") or {}
+    options = strategy.get("clusterUpgradeOptions") or {}
+    return strategy.get("type") == HELD and options.get("stepSizePercent") == 0
+
+
+def with_upgrade_strategy(manifest: Mapping[str, Any], strategy: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a RayService manifest with ``spec.upgradeStrategy`` replaced (nothing else: KubeRay's cluster hash
+    leaves the strategy out, so the clusters are not touched by the change itself)."""
+    out = copy.deepcopy(dict(manifest))
+    out["spec"] = {**out.get("spec", {}), "upgradeStrategy": copy.deepcopy(dict(strategy))}
+    return out

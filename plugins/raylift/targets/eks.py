@@ -22,6 +22,7 @@ from raylift.config import DRAIN_TIMEOUT_S
 from raylift.errors import ClusterError, DeployError, RayliftValueError
 from raylift.records import ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
+from raylift.targets.eks_blue_green import EksBlueGreen
 from raylift.targets.eks_staging import EksStaging
 from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
 
@@ -113,7 +114,7 @@ class EksOptions(AwsOptions):
         return self
 
 
-class EksTarget(EksStaging, DrainedScaleIn, AwsTarget):
+class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
     """Options (all JSON, validated by ``EksOptions``): ``cluster_name``, ``worker_nodegroup``,
     ``head_nodegroup``, ``kubernetes_conn_id`` (None: a kubeconfig is minted from the AWS connection),
     ``namespace``, ``rayservice_name``, ``profile``, ``upgrade_strategy``, ``gateway_class`` (the GatewayClass
@@ -128,7 +129,10 @@ class EksTarget(EksStaging, DrainedScaleIn, AwsTarget):
     a Job in the cluster has Ray drain those pods' nodes, then KubeRay deletes exactly those pods
     (``workersToDelete``) and exactly those instances are terminated (the desired capacity lowered with them).
 
-    Model staging (target option ``staging``: ``remote``) runs as a Kubernetes Job (``raylift.targets.eks_staging``)."""
+    Model staging (target option ``staging``: ``remote``) runs as a Kubernetes Job (``raylift.targets.eks_staging``).
+
+    A blue/green release (the new cluster held beside the serving one until a gate promotes or removes it, then the
+    node group restored) is ``raylift.targets.eks_blue_green``'s."""
 
     name = "eks"
 
@@ -259,6 +263,7 @@ class EksTarget(EksStaging, DrainedScaleIn, AwsTarget):
         if self.head_nodegroup:
             eks.scale_nodegroup(self.cluster_name, self.head_nodegroup, 1)
         self.state_store().write_json(self._state_key("scale.json"), {"workers": workers, "worker_nodes": nodes})
+        self.state_store().write_json(self._state_key(self.HEADROOM_RECORD), {})  # this size is the new baseline
         return self._expectation(nodes, amount)
 
     # -- scale-in: drain in Ray, then remove exactly those pods and instances (raylift.kuberay.drain) ---------------
@@ -395,19 +400,26 @@ class EksTarget(EksStaging, DrainedScaleIn, AwsTarget):
                 high = mid
         return low
 
-    def ensure_headroom(self, workers: int, *, new_cluster: bool) -> None:
+    def ensure_headroom(self, workers: int, *, new_cluster: bool, strategy: str | None = None) -> None:
         """Make the worker node group big enough for the peak; ClusterError with the numbers when it cannot be.
+        The size before a raise is recorded (``headroom.json``; kept across raises until ``scale`` or
+        ``restore_node_groups`` sets a new baseline), so ``restore_node_groups`` can give the extra nodes back.
 
         :param new_cluster: the apply replaces the Ray cluster (``raylift.kuberay.upgrade.starts_new_cluster``),
             so the old one serves beside the new until it is ready. False: the running cluster takes the change
-            and the node group is left as the scale step sized it."""
-        strategy = self.upgrade_strategy if new_cluster else "None"
+            and the node group is left as the scale step sized it.
+        :param strategy: the upgrade the peak is for, when not the target's ``upgrade_strategy`` (a held
+            blue/green release runs a whole second cluster: ``NewCluster``)."""
+        strategy = (strategy or self.upgrade_strategy) if new_cluster else "None"
         need_nodes, amount = self.nodes_for(workers, strategy)
         now = self._eks().scaling(self.cluster_name, self.worker_nodegroup)
         if need_nodes <= now.desired_size:
             return
         self._refuse_beyond_max(workers, need_nodes, amount, now, strategy=strategy)
         log.info("Scaling %s from %d to %d node(s) for the %s peak", self.worker_nodegroup, now.desired_size, need_nodes, strategy)
+        key = self._state_key(self.HEADROOM_RECORD)
+        before = (self.state_store().read_json(key) or {}).get("before", now.desired_size)
+        self.state_store().write_json(key, {"before": before, "raised_to": need_nodes, "strategy": strategy})
         self._eks().scale_nodegroup(self.cluster_name, self.worker_nodegroup, need_nodes)
 
     def cluster_state(self) -> ClusterState:

@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 from raylift.kuberay.manifest import GROUP, PLURAL, VERSION
-from raylift.kuberay.status import RayServiceStatus, rayservice_status
+from raylift.kuberay.status import RayServiceStatus, UpgradeView, rayservice_status, upgrade_view
+from raylift.serve.status import FAILED_APP_STATES, ApplicationStatus
 from raylift.triggers.polling import PollingTrigger
 
 
@@ -164,3 +165,97 @@ class RayServiceReadyTrigger(PollingTrigger):
             self._hook = AsyncKubernetesHook(kubernetes_conn_id=None, config_dict=kubeconfig)
             self._hook_built_at = time.monotonic()
         return self._hook
+
+
+class RayServiceUpgradeTrigger(RayServiceReadyTrigger):
+    """Wait for one step of a held RayService upgrade (``raylift.targets.eks_blue_green``), read off
+    ``status.active/pendingServiceStatus`` (``raylift.kuberay.status.upgrade_view``). One condition per instance:
+
+    - ``held``: the pending cluster serves every app in ``app_names`` (RUNNING) at Serve ``targetCapacity`` 100 while
+      its ``trafficRoutedPercent`` is still 0: ready to be measured, not switched to. ``failed`` when one of its apps
+      is DEPLOY_FAILED / UNHEALTHY, or when traffic reached it (the hold did not hold);
+    - ``promoted``: KubeRay made ``candidate`` the active cluster and has no pending one (the switch happened);
+      ``failed`` when a rollback started instead;
+    - ``removed``: ``candidate`` is neither active nor pending and no rollback runs (KubeRay's rollback finished).
+
+    Events as ``RayServiceReadyTrigger``'s, plus ``view`` (what the status said).
+
+    :param condition: ``held``, ``promoted`` or ``removed``.
+    :param candidate: the pending cluster's name (``promoted``, ``removed``; ignored by ``held``).
+    """
+
+    CONDITIONS = ("held", "promoted", "removed")
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        condition: str = "held",
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        app_names: list[str] | None = None,
+        candidate: str | None = None,
+        timeout_s: float = 600.0,
+        poll_interval_s: float = 5.0,
+        cluster_context: dict[str, Any] | None = None,
+    ) -> None:
+        if condition not in self.CONDITIONS:
+            raise ValueError(f"condition must be one of {list(self.CONDITIONS)} (got {condition!r}).")
+        if condition != "held" and not candidate:
+            raise ValueError(f"condition {condition!r} needs the candidate cluster's name.")
+        super().__init__(name, namespace, kubernetes_conn_id=kubernetes_conn_id, app_names=app_names,
+                         timeout_s=timeout_s, poll_interval_s=poll_interval_s, cluster_context=cluster_context)
+        self.condition = condition
+        self.candidate = candidate
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        path, kwargs = super().serialize()
+        return path, {**kwargs, "condition": self.condition, "candidate": self.candidate}
+
+    @property
+    def subject(self) -> str:
+        what = {"held": "a held pending cluster", "promoted": f"{self.candidate} promoted",
+                "removed": f"{self.candidate} removed"}[self.condition]
+        return f"RayService {self.namespace}/{self.name} ({what})"
+
+    def evaluate(self, status: Any) -> dict[str, Any] | None:
+        view: UpgradeView = status
+        out = {"view": view.describe(), "active": view.active, "pending": view.pending}
+        if not view.exists:
+            return {**out, "status": "failed", "message": f"RayService {self.namespace}/{self.name} not found"}
+        if not view.observed:
+            return None
+        if self.condition == "held":
+            if not view.pending:
+                return None
+            if view.pending_traffic:
+                return {**out, "status": "failed", "message": (
+                    f"{view.pending_traffic}% of the traffic already goes to pending cluster {view.pending}: the "
+                    "upgrade is not held (was the spec re-applied without the hold?)")}
+            failed = {app: state for app, state in view.pending_apps.items()
+                      if state in FAILED_APP_STATES and (not self.app_names or app in self.app_names)}
+            if failed:
+                return {**out, "status": "failed", "failed_apps": failed, "message": (
+                    f"pending cluster {view.pending}: " + "; ".join(f"{a} {s}" for a, s in failed.items()))}
+            running = all(view.pending_apps.get(app) == ApplicationStatus.RUNNING for app in self.app_names)
+            if running and view.pending_capacity == 100:
+                return {**out, "status": "success", "candidate": view.pending}
+            return None
+        if self.condition == "promoted":
+            if view.rolling_back:
+                return {**out, "status": "failed", "message": f"KubeRay is rolling back instead of promoting {self.candidate}"}
+            if view.active == self.candidate and not view.pending:
+                return {**out, "status": "success", "candidate": self.candidate}
+            return None
+        if not view.rolling_back and self.candidate not in (view.active, view.pending):
+            return {**out, "status": "success", "candidate": self.candidate}
+        return None
+
+    def progress(self, status: Any) -> tuple[str, dict[str, Any]]:
+        view: UpgradeView = status
+        return view.describe(), {"view": view.describe()}
+
+    def poll(self) -> Any:
+        return upgrade_view(self._kuberay().get_rayservice(self.name, self.namespace))
+
+    async def apoll(self) -> Any:
+        return upgrade_view(await self._get())

@@ -79,3 +79,8 @@ output "staging_image" {
   description = "Image of the model staging Jobs (null: raylift stages on the Airflow worker)."
   value       = var.staging_image
 }
+
+output "eks_gateway_class" {
+  description = "GatewayClass of the blue/green release's held upgrade: tools/tf_outputs_to_airflow.py makes it the eks target option gateway_class."
+  value       = module.ray.gateway_class
+}

@@ -1,6 +1,6 @@
-# Karpenter: elastic capacity beyond the managed groups. Its controller gets an IAM role through
-# Pod Identity; its nodes use their own role (with an EC2_LINUX access entry) and three NodePools:
-# NVIDIA GPUs, amd64 Ray heads, and Graviton for CPU inference (label model-inferencing=cpu-arm).
+# Karpenter: the Ray heads' nodes. Its controller gets an IAM role through Pod Identity; its nodes use their own
+# role (with an EC2_LINUX access entry) and one NodePool, ray-head (amd64 and arm64 heads). The Ray workers' nodes
+# are the managed node groups' (nodegroups.tf), which raylift sizes: no NodePool shares their labels.
 locals {
   cluster_tag = "kubernetes.io/cluster/${var.name}"
 }
@@ -236,38 +236,22 @@ resource "kubectl_manifest" "node_class" {
 }
 
 locals {
+  # One owner per pool: the worker pods of raylift's profiles run only on the managed node groups raylift sizes
+  # (nodegroups.tf: they select "raylift.io/nodegroup" = <group key>, a label no NodePool carries), so Karpenter
+  # never provisions for them and the two never add nodes for the same pods. Karpenter owns the Ray heads: the
+  # ray-head pool gives the heads (which select karpenter.sh/nodepool = ray-head and their arch) a small untainted
+  # node, amd64 for gpu-vllm and inf2, arm64 (Graviton) for graviton, so a head never waits for (or keeps alive)
+  # a worker node, and runs with 0 workers.
   node_pools = {
-    gpu = {
-      labels = { "raylift.io/accelerator" = "nvidia" }
-      taints = [{ key = "nvidia.com/gpu", value = "true", effect = "NoSchedule" }]
-      requirements = [
-        { key = "karpenter.k8s.aws/instance-family", operator = "In", values = ["g5", "g6", "g6e"] },
-        { key = "kubernetes.io/arch", operator = "In", values = ["amd64"] },
-        { key = "karpenter.sh/capacity-type", operator = "In", values = ["on-demand"] },
-      ]
-      limits = { "nvidia.com/gpu" = var.karpenter_gpu_limit }
-    }
-    # Ray heads of the amd64 profiles (gpu-vllm, inf2): a small untainted amd64 node, so a head never
-    # waits for (or keeps alive) an accelerator node, and runs with 0 workers.
     "ray-head" = {
       labels = { "raylift.io/pool" = "ray-head" }
       taints = []
       requirements = [
-        { key = "karpenter.k8s.aws/instance-family", operator = "In", values = ["m7i", "m6i"] },
-        { key = "kubernetes.io/arch", operator = "In", values = ["amd64"] },
+        { key = "karpenter.k8s.aws/instance-family", operator = "In", values = ["m7i", "m6i", "m7g"] },
+        { key = "kubernetes.io/arch", operator = "In", values = ["amd64", "arm64"] },
         { key = "karpenter.sh/capacity-type", operator = "In", values = ["on-demand"] },
       ]
       limits = { cpu = var.karpenter_head_cpu_limit }
-    }
-    graviton = {
-      labels = { "model-inferencing" = "cpu-arm" }
-      taints = []
-      requirements = [
-        { key = "karpenter.k8s.aws/instance-family", operator = "In", values = ["c7g", "c8g"] },
-        { key = "kubernetes.io/arch", operator = "In", values = ["arm64"] },
-        { key = "karpenter.sh/capacity-type", operator = "In", values = ["on-demand", "spot"] },
-      ]
-      limits = { cpu = var.karpenter_graviton_cpu_limit }
     }
   }
 }

@@ -38,7 +38,9 @@ resource "aws_eks_node_group" "ray" {
   ami_type        = each.value.ami_type
   capacity_type   = each.value.capacity_type
   disk_size       = each.value.disk_size_gb
-  labels          = merge(each.value.labels, { "raylift.io/nodegroup" = each.key })
+  # raylift's worker pods select their group by this label (plugins/raylift/kuberay/profiles.py NODEGROUP_LABEL): no
+  # Karpenter NodePool carries it, so only this group, which raylift sizes, runs them.
+  labels = merge(each.value.labels, { "raylift.io/nodegroup" = each.key })
 
   scaling_config {
     min_size     = each.value.min_size

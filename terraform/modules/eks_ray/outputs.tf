@@ -47,3 +47,8 @@ output "serve_endpoint" {
   description = "Serve's OpenAI endpoint on the internal load balancer (eks target option endpoint): reachable from the VPC, unlike cluster DNS."
   value       = "http://${aws_lb.serve.dns_name}:${local.serve_port}"
 }
+
+output "gateway_class" {
+  description = "GatewayClass for KubeRay's held upgrade (raylift's eks target option gateway_class); null without blue_green_gateway."
+  value       = var.blue_green_gateway ? var.gateway_class_name : null
+}

@@ -177,26 +177,32 @@ variable "neuron_chart_version" {
   default     = "1.1.1"
 }
 
-variable "karpenter_gpu_limit" {
-  description = "Most NVIDIA GPUs Karpenter's GPU NodePool may launch in total."
-  type        = number
-  default     = 16
-}
-
 variable "karpenter_head_cpu_limit" {
-  description = "Most vCPUs Karpenter may launch in the ray-head NodePool (amd64 Ray heads)."
+  description = "Most vCPUs Karpenter may launch in the ray-head NodePool (the Ray heads, amd64 and arm64)."
   type        = number
   default     = 32
-}
-
-variable "karpenter_graviton_cpu_limit" {
-  description = "Most vCPUs Karpenter's Graviton NodePool may launch in total (10 x c7g.8xlarge in the seed benchmark)."
-  type        = number
-  default     = 320
 }
 
 variable "tags" {
   description = "Tags added to every AWS resource of this module."
   type        = map(string)
   default     = {}
+}
+
+variable "blue_green_gateway" {
+  description = "Install Envoy Gateway and a GatewayClass, so that raylift can hold KubeRay's upgrade for a blue/green release (the eks target option gateway_class). Off: a new rayClusterConfig needs release: direct."
+  type        = bool
+  default     = true
+}
+
+variable "envoy_gateway_version" {
+  description = "Envoy Gateway Helm chart version (oci://docker.io/envoyproxy/gateway-helm)."
+  type        = string
+  default     = "v1.8.2"
+}
+
+variable "gateway_class_name" {
+  description = "Name of the GatewayClass KubeRay's held upgrades use (the eks target option gateway_class)."
+  type        = string
+  default     = "raylift"
 }
