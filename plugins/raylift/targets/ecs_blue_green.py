@@ -95,6 +95,8 @@ class EcsBlueGreen:
 
         def image_reference(self) -> str: ...
 
+        def _pair(self) -> tuple[str, str, str]: ...
+
     # -- the state store record --------------------------------------------------------------------
     def _blue_green_key(self) -> str:
         return f"_raylift/{_KEY_SAFE.sub('_', self.cluster_key())}/{self.BLUE_GREEN_RECORD}"
@@ -109,9 +111,10 @@ class EcsBlueGreen:
                   "at": datetime.now(UTC).isoformat()}  # fmt: skip
         self._rollout_store.write_json(self._blue_green_key(), record)
 
-    def active_pair(self) -> tuple[str, str]:
-        """The (head, worker) services that serve: the options' pair unless a blue/green release switched."""
-        active = self.blue_green_record().get("active") or {}
+    def active_pair(self, record: dict[str, Any] | None = None) -> tuple[str, str]:
+        """The (head, worker) services that serve: the options' pair unless a blue/green release switched
+        (``record``: :meth:`blue_green_record`'s, when the caller read it already)."""
+        active = (self.blue_green_record() if record is None else record).get("active") or {}
         opts = self.options
         return str(active.get("head") or opts.head_service), str(active.get("worker") or opts.worker_service)
 
@@ -392,8 +395,8 @@ class EcsBlueGreen:
             return None
         ref = self.image_reference()
         repo, ecs = image_repository(ref), self._ecs()
-        head, worker = self.active_pair()
-        for service, arn in sorted(ecs.service_task_definitions(self.cluster, [head, worker]).items()):
+        serving = [self._pair()[0], self._pair()[1]]  # the pair this task drives: the serving one, read once
+        for service, arn in sorted(ecs.service_task_definitions(self.cluster, serving).items()):
             images = [str(c.get("image")) for c in ecs.task_definition(arn).get("containerDefinitions") or []
                       if image_repository(str(c.get("image", ""))) == repo]
             if images and ref not in images:
@@ -409,9 +412,10 @@ class EcsBlueGreen:
                 "endpoint's Cloud Map name moved to it on promote. Set the target options 'cloud_map_namespace' and "
                 "'endpoint_cloud_map_service' (terraform module ecs_ray's output endpoint_cloud_map_service), or "
                 "release: direct (the services are rolled in place: an announced outage). Nothing was changed.")
-        head, _ = self.active_pair()
-        plan = self._recorded_plan()
-        if plan is not None and plan.blue_head == head and self.blue_green_record().get("state") == "starting":
+        record = self.blue_green_record()
+        head, _ = self.active_pair(record)
+        plan = GreenPlan.from_dict(record["plan"]) if record.get("plan") else None
+        if plan is not None and plan.blue_head == head and record.get("state") == "starting":
             return ClusterPair(serving=head, candidate=plan.green_head)  # a retried step: the pair it started
         opts = self.options
         other = opts.head_service if head != opts.head_service else opts.head_service + GREEN_SUFFIX
