@@ -26,8 +26,13 @@ CLUSTERS_VARIABLE = f"AIRFLOW_VAR_{REDEPLOY_CLUSTERS_VARIABLE.upper()}"
 
 
 def load_redeploy_dag():
+    """The DAG as a fresh parse of dags/raylift_redeploy.py builds it: the packaged module it imports is parsed again
+    too (the DAG processor parses each file in a new process)."""
+    import raylift.dags.redeploy
+
     sys.path.insert(0, str(ROOT / "dags"))
     try:
+        importlib.reload(raylift.dags.redeploy)
         import raylift_redeploy
 
         return importlib.reload(raylift_redeploy).dag

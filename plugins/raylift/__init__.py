@@ -1,3 +1,3 @@
 """raylift: take an LLM from a model hub to a benchmarked OpenAI-compatible endpoint on Ray Serve + vLLM."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

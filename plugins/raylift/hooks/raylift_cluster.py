@@ -292,6 +292,23 @@ class RayliftClusterHook(BaseHook):
         super().__init__()
         self.cluster_conn_id = cluster_conn_id
 
+    # Airflow 3.2+ reads the form from the provider info's ``conn-fields`` and never calls these; Airflow 3.1 reads
+    # only these. Both come from raylift.provider.CLUSTER_CONN_FIELDS, so the two forms cannot drift apart.
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The connection form's extra fields, for Airflow 3.1 (wtforms, as the Apache providers' hooks declare them)."""
+        from raylift.provider import form_widgets
+
+        return form_widgets()
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Hidden and relabelled standard fields, for Airflow 3.1 (its hook method spells the keys with ``_``
+        where the provider info spells them with ``-``)."""
+        from raylift.provider import UI_FIELD_BEHAVIOUR
+
+        return {key.replace("-", "_"): value for key, value in UI_FIELD_BEHAVIOUR.items()}
+
     def cluster(self) -> ClusterConnection:
         try:
             conn = self.get_connection(self.cluster_conn_id)

@@ -56,6 +56,17 @@ def write_csv(result: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
+PLOTS_EXTRA_NOTE = ("No plots: matplotlib is not installed beside Airflow. Install raylift[plots] "
+                    "(pip install 'raylift[plots]') for the latency, throughput, history and comparison plots.")
+
+
+def plots_available() -> bool:
+    """Whether matplotlib (raylift's ``plots`` extra) is importable; checked without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -398,14 +409,16 @@ def report_title(result: Mapping[str, Any]) -> str:
 
 def write_html(result: Mapping[str, Any], images: Sequence[Path], path: Path, *, title: str,
                peers: Sequence[Mapping[str, Any]] = (), comparison: Mapping[str, Any] | None = None,
-               cold_start: Mapping[str, Any] | None = None) -> Path:
+               cold_start: Mapping[str, Any] | None = None, note: str | None = None) -> Path:
     """One HTML file with the table and the PNGs inlined (base64), viewable without a web server; with
     ``comparison`` (:func:`write_report`) its section after the table; with ``cold_start`` (the deploy's
-    ``cold_start.json``) its table before the cost."""
+    ``cold_start.json``) its table before the cost; ``note`` in place of the plots (why there are none)."""
     figures = "\n".join(
         f'<img alt="{html.escape(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
         for p in images
     )
+    if note:
+        figures = f'<p class="note">{html.escape(note)}</p>\n{figures}'.rstrip()
     profile = html.escape(json.dumps(result.get("profile", {})))
     judgement = ""
     side_by_side = bool(comparison and comparison.get("baseline"))
@@ -462,21 +475,28 @@ def write_report(
     paths: dict[str, Path] = {
         "json": write_json(result, out / f"{name}.json"),
         "csv": write_csv(result, out / f"{name}.csv"),
-        "latency_png": plot_latency(result, out / f"{name}-latency.png"),
-        "throughput_png": plot_throughput(result, out / f"{name}-throughput.png"),
     }
-    if history:
+    plots = plots_available()
+    if plots:
+        paths["latency_png"] = plot_latency(result, out / f"{name}-latency.png")
+        paths["throughput_png"] = plot_throughput(result, out / f"{name}-throughput.png")
+    else:  # said in the task log and on the page, never silently missing
+        import logging
+
+        logging.getLogger(__name__).warning("%s", PLOTS_EXTRA_NOTE)
+    if history and plots:
         runs = list(history)
         if runs[-1] is not result:
             runs.append(result)
         paths["history_png"] = plot_history(runs, out / f"{name}-history.png")
     baseline = (comparison or {}).get("baseline")
-    if baseline and compared_levels(result, baseline):
+    if plots and baseline and compared_levels(result, baseline):
         paths["comparison_png"] = plot_comparison(result, baseline, out / f"{name}-comparison.png")
     images = [p for key, p in paths.items() if key.endswith("_png")]
     paths["html"] = write_html(result, images, out / f"{name}.html",
                                title=report_title(result) if result.get("app") else f"raylift benchmark: {name}",
-                               peers=peers, comparison=comparison, cold_start=cold_start)
+                               peers=peers, comparison=comparison, cold_start=cold_start,
+                               note=None if plots else PLOTS_EXTRA_NOTE)
     return paths
 
 

@@ -12,10 +12,11 @@ import math
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.amazon.aws.exceptions import WaiterMaxAttemptsError
 from airflow.providers.amazon.aws.utils.waiter_with_logging import async_wait
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import TriggerEvent
+
+from raylift.compat import is_waiter_max_attempts
 
 if TYPE_CHECKING:  # the mixin's attributes are AwsBaseWaiterTrigger's
     from airflow.providers.amazon.aws.triggers.base import AwsBaseWaiterTrigger as _Trigger
@@ -98,7 +99,7 @@ class WaiterEvents(_Trigger):
                 reply = waiter.last_reply
                 if not reply:  # not one reply (no credentials): the provider's message says why
                     yield TriggerEvent({"status": "failed", self.return_key: self.return_value, "message": str(exc)})
-                elif isinstance(exc, WaiterMaxAttemptsError):
+                elif is_waiter_max_attempts(exc):
                     message = self.unsuccessful_message(reply, region, timed_out=True)
                     yield TriggerEvent({"status": "timeout", self.return_key: self.return_value, "message": message})
                 else:
