@@ -7,7 +7,21 @@ source tools/env.sh
 RAYLIFT_KUBERAY_CRDS=$(bash tools/kuberay_crds.sh) || exit 1
 export RAYLIFT_KUBERAY_CRDS
 bash tools/setup.sh all || exit 1
-bash tools/setup.sh llamacpp || exit 1  # the llama.cpp app's tests need it
+# llama-cpp-python compiles from its sdist the first time (~270 s here): in the background, beside the static checks
+# and the lanes; only the llama.cpp tests wait for it (LLAMACPP_TESTS in tests/conftest.py, which reads the rc file).
+mkdir -p var/test-tmp
+rm -f var/test-tmp/llamacpp.rc
+(bash tools/setup.sh llamacpp; echo $? >var/test-tmp/llamacpp.rc.part && mv var/test-tmp/llamacpp.rc.part var/test-tmp/llamacpp.rc) \
+  >var/test-tmp/llamacpp.log 2>&1 &
+llamacpp_pid=$!
+export RAYLIFT_LLAMACPP_RC=$PWD/var/test-tmp/llamacpp.rc
+llamacpp_verdict() {  # the background build's own result (its log on failure)
+  wait "$llamacpp_pid"
+  local rc
+  rc=$(cat var/test-tmp/llamacpp.rc 2>/dev/null || echo 1)
+  if [ "$rc" -ne 0 ]; then say "llama-cpp-python build failed (rc $rc):"; tail -n 30 var/test-tmp/llamacpp.log; fi
+  return "$rc"
+}
 "$RUNTIME_VENV/bin/python" tools/make_tiny_model.py "$RAYLIFT_CACHE/tiny-llama" >/dev/null || exit 1
 export RAYLIFT_TINY_MODEL=$RAYLIFT_CACHE/tiny-llama
 export PATH=$CONTROL_VENV/bin:$PATH
@@ -26,22 +40,27 @@ if [ "$#" -gt 0 ]; then  # a chosen subset: one pytest run
   for arg in "$@"; do [[ $arg != -* && -e ${arg%%::*} ]] && where=(); done
   "${PYTEST[@]}" "${where[@]}" "$@"
   rc=$?
+  llamacpp_verdict || [ "$rc" -ne 0 ] || rc=1
   if [ "$rc" -eq 5 ]; then echo "pytest collected no tests for: $*"; exit 0; fi
   exit "$rc"
 fi
 
-# The whole suite in three lanes at once, each in its own temp folder and log (lane timings: bench/README.md).
-mkdir -p var/test-tmp
+# The whole suite in three lanes at once, each in its own temp folder, log and JUnit XML (var/test-tmp/<lane>.xml,
+# which bench/suite_timing.py reads; lane timings: bench/README.md).
 # Lane 1, in the background: the tests that start vLLM engines, one after another (engines must not start together).
 HEAVY=(tests/integration tests/entrypoints)
 # Lane 2, in the background: the multi-worker Airflow and the integration modules that start no vLLM engine.
 MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/test_translator_and_llamacpp.py
                    tests/integration/test_aws_shaped_cluster.py)
-MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}")
+# tests/install (the wheel into fresh Airflow venvs: pip and CPU, no engine) joins lane 2 where it exists.
+INSTALL=()
+[ -d tests/install ] && INSTALL=(tests/install)
+MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}" "${INSTALL[@]}")
 "${PYTEST[@]}" "${HEAVY[@]}" "${MULTI_INTEGRATION[@]/#/--ignore=}" --basetemp=var/test-tmp/heavy \
-  >var/test-tmp/heavy.log 2>&1 &
+  --junitxml=var/test-tmp/heavy.xml >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
-"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi >var/test-tmp/multi.log 2>&1 &
+"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi --junitxml=var/test-tmp/multi.xml \
+  >var/test-tmp/multi.log 2>&1 &
 multi_pid=$!
 # Lane 3, in the foreground: the static checks, then every other test; then each background lane's log follows.
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
@@ -50,7 +69,8 @@ static_rc=0
 PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
 "$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
 say "static checks: rc $static_rc"
-"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker --basetemp=var/test-tmp/light
+"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker "${INSTALL[@]/#/--ignore=}" \
+  --basetemp=var/test-tmp/light --junitxml=var/test-tmp/light.xml
 light_rc=$?
 say "unit tests done (rc $light_rc); the multi-worker Airflow (lane 2) so far, then as it goes:"
 tail -n +1 -f --pid="$multi_pid" var/test-tmp/multi.log
@@ -60,8 +80,9 @@ say "multi-worker done (rc $multi_rc); the heavy part (integration, entry points
 tail -n +1 -f --pid="$heavy_pid" var/test-tmp/heavy.log
 wait "$heavy_pid"
 heavy_rc=$?
+llamacpp_verdict; llamacpp_rc=$?
 verdict "$light_rc" "the unit tests"; light_rc=$?
 verdict "$multi_rc" "the multi-worker tests"; multi_rc=$?
 verdict "$heavy_rc" "the integration + entry-point tests"; heavy_rc=$?
-say "static checks: rc $static_rc; unit tests: rc $light_rc; multi-worker: rc $multi_rc; integration + entry points: rc $heavy_rc"
-[ "$static_rc" -eq 0 ] && [ "$light_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ]
+say "static checks: rc $static_rc; unit tests: rc $light_rc; multi-worker: rc $multi_rc; integration + entry points: rc $heavy_rc; llama-cpp-python build: rc $llamacpp_rc"
+[ "$static_rc" -eq 0 ] && [ "$light_rc" -eq 0 ] && [ "$multi_rc" -eq 0 ] && [ "$heavy_rc" -eq 0 ] && [ "$llamacpp_rc" -eq 0 ]
