@@ -46,12 +46,10 @@ KNOWN_GAPS: dict[str, str] = {
     "raylift.release.blue_green": "the blue/green plan: tested only against moto (ECS/EKS)",
     "raylift.reports_app": "FastAPI's TestClient would test it in-process; today served on 127.0.0.1",
     "raylift.demo_summary": "reads a run record; tested only beside a dashboard stand-in",
-    "raylift.provider": "provider metadata; tested by tests/install (system)",
     "raylift.dags.deploy": "parsed in a child Python (tests/dags)",
     "raylift.dags.stage_model": "parsed in a child Python (tests/dags)",
     "raylift.dags.teardown": "parsed in a child Python (tests/dags)",
     "raylift.dags.undeploy": "parsed in a child Python (tests/dags)",
-    "raylift.dags.install": "writes the DAG files; tested by tests/install (system)",
 }
 
 
