@@ -3,6 +3,10 @@
 Clusters are the seeds' own: ECS example 2/3 ran on 3 x g5.12xlarge (4 A10G each, `ray status`:
 12 GPUs); Inf2 ran on inf2.48xlarge (24 NeuronCores). The configs are the real ones in
 serve_apps/configs/ as the deploy step renders them.
+
+``fit`` is raylift's own arithmetic (``check_fit``: no Ray). ``ray_fit`` is the deploy's whole fit check
+(``raylift.release.start.fit_check``) on the local target, whose Ray schema check runs
+``raylift/serve/ray_schema_check.py`` with the runtime env's Python: the real Ray judges (skipped without that env).
 """
 
 from __future__ import annotations
@@ -15,11 +19,19 @@ from pathlib import Path
 
 import pytest
 
+from raylift.config import LocalSettings
 from raylift.errors import ServeFitError
+from raylift.records import ClusterState
 from raylift.serve.config import app_kind, apply_autoscaling, load_config, render_app
-from raylift.serve.validation import Cluster, check_fit
+from raylift.serve.validation import Cluster, FitReport, check_fit
+from raylift.targets.local import LocalTarget
 
 CONFIGS = Path(__file__).resolve().parents[1] / "serve_apps/configs"
+RUNTIME = Path(__file__).resolve().parents[1] / ".cache/venvs/runtime/bin/python"
+needs_runtime = pytest.mark.skipif(
+    not RUNTIME.exists(),
+    reason=f"Ray's schema check runs in the runtime env ({RUNTIME}), which is not built: bash tools/setup.sh runtime",
+)
 G5_12X = {"CPU": 48.0, "GPU": 4.0, "accelerator_type:A10G": 1.0}
 SEED_GPU_CLUSTER = Cluster(
     totals={"CPU": 144.0, "GPU": 12.0, "accelerator_type:A10G": 3.0}, nodes=(G5_12X,) * 3
@@ -40,8 +52,30 @@ def app(
     )
 
 
-def fit(a: dict, cluster: Cluster, **kw: object) -> object:
+def fit(a: dict, cluster: Cluster, **kw: object) -> FitReport:
     return check_fit(a, cluster, vllm=app_kind(a).vllm, **kw)
+
+
+class RuntimeRayTarget(LocalTarget):
+    """The local target (its Ray: the runtime env's) on a cluster that reports ``cluster``."""
+
+    def __init__(self, cluster: Cluster, home: Path) -> None:
+        super().__init__(settings=LocalSettings(home=home, runtime_python=RUNTIME))
+        self.fixed = cluster
+
+    def cluster_state(self) -> ClusterState:
+        return ClusterState(nodes=len(self.fixed.nodes), resources=dict(self.fixed.totals),
+                            node_resources=list(self.fixed.nodes))
+
+
+def ray_fit(a: dict, cluster: Cluster, *, others: list[dict] | tuple = ()) -> FitReport:
+    """The deploy's fit check: Ray's schema check by the runtime env's Ray, then raylift's rules and the fit."""
+    import tempfile
+
+    from raylift.release.start import fit_check
+
+    with tempfile.TemporaryDirectory() as home:
+        return fit_check(RuntimeRayTarget(cluster, Path(home)), a, {"applications": list(others)})
 
 
 @pytest.mark.parametrize(
@@ -190,66 +224,76 @@ def no_count(d: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("mutate", "message", "check"),
     [
-        (
+        pytest.param(
             lambda d: d.update(num_replicas=-1),
             "deployments[LLMServer].num_replicas: Input should be greater than 0 or Input should be a valid string "
             "(got -1) (Ray's ServeApplicationSchema)",
+            ray_fit, marks=needs_runtime,
         ),
-        (
+        pytest.param(
             lambda d: (no_count(d), d.update(autoscaling_config={"min_replicas": 3, "max_replicas": 2})),
             "deployments[LLMServer].autoscaling_config: max_replicas (2) must be greater than or equal to "
             "min_replicas (3) (Ray's AutoscalingConfig)",
+            ray_fit, marks=needs_runtime,
         ),
-        (
+        pytest.param(
             lambda d: d.update(autoscaling_config={"min_replicas": 1, "max_replicas": 2}),
             "deployments[LLMServer]: Manually setting num_replicas is not allowed when autoscaling_config is "
             "provided (Ray's ServeApplicationSchema)",
+            ray_fit, marks=needs_runtime,
         ),
-        (
+        pytest.param(
             lambda d: d.update(placement_group_strategy="TIGHT"),
             "deployments[LLMServer].placement_group_bundles/placement_group_strategy: Invalid placement group "
             "strategy TIGHT",
+            ray_fit, marks=needs_runtime,
         ),
         (
             lambda d: d["ray_actor_options"].update(num_gpus=1.5),
             "num_gpus 1.5: Ray shares a GPU only in fractions",
+            fit,
         ),
-        (
+        pytest.param(
             lambda d: d["ray_actor_options"].update(num_cpus=2),
             "`num_cpus` for the actor is 2.0, but the bundle only has 1.0 `CPU` specified (Ray Serve's ReplicaConfig)",
+            ray_fit, marks=needs_runtime,
         ),
-        (
+        pytest.param(
             lambda d: d.update(placement_group_bundles=[]),
             "deployments[LLMServer].placement_group_bundles/placement_group_strategy: Bundles must be a non-empty list "
             "of resource dictionaries",
+            ray_fit, marks=needs_runtime,
         ),
-        (
+        pytest.param(
             lambda d: d["placement_group_bundles"][1].update(GPU="one"),
             "deployments[LLMServer].placement_group_bundles[1].GPU: Input should be a valid number, unable to parse "
             "string as a number (got 'one') (Ray's ServeApplicationSchema)",
+            ray_fit, marks=needs_runtime,
         ),
-        (
+        pytest.param(
             lambda d: (no_count(d), d.update(autoscaling_config={"max_replicas": 0})),
             "deployments[LLMServer].autoscaling_config.max_replicas: Input should be greater than 0 (got 0) "
             "(Ray's AutoscalingConfig)",
+            ray_fit, marks=needs_runtime,
         ),
     ],
 )
-def test_schema_problems_are_refused_by_rays_models(mutate, message: str) -> None:  # noqa: ANN001 - small mutators
-    """Ray's models decide what is valid; the refusal names the field path and Ray's reason."""
+def test_schema_problems_are_refused_by_rays_models(mutate, message: str, check) -> None:  # noqa: ANN001 - small mutators
+    """Ray's models decide what is valid (by the Ray that will run the config: ``ray_fit``); the refusal names the
+    field path and Ray's reason. raylift's own rules (``fit``) refuse in the same words, without Ray."""
     a = app("llm-gpu-tp4.yaml")
     mutate(a["deployments"][0])
     with pytest.raises(ServeFitError, match="is not a valid config") as err:
-        fit(a, SEED_GPU_CLUSTER)
+        check(a, SEED_GPU_CLUSTER)
     assert message in str(err.value)
     assert "Nothing was deployed" in str(err.value)
 
 
 def test_replica_counts_follow_ray_not_raylifts_old_rules() -> None:
     """``num_replicas: auto`` alone is Serve's default autoscaling (min 1, max 100): raylift's own rules refused
-    it; ``num_replicas: 0`` is refused by Ray (a PositiveInt): raylift's own rules allowed it."""
+    it. (``num_replicas: 0``: the next test.)"""
     auto = app("llm-gpu-tp4.yaml")
     auto["deployments"][0]["num_replicas"] = "auto"
     report = fit(auto, SEED_GPU_CLUSTER)
@@ -259,17 +303,23 @@ def test_replica_counts_follow_ray_not_raylifts_old_rules() -> None:
     report = fit(auto, SEED_GPU_CLUSTER)
     assert "GPU: needs 8 = 2 x 4 (LLMServer); cluster has 12, other apps hold 0" in report.lines
     assert any("max_replicas 100" in w for w in report.warnings)
+
+
+@needs_runtime
+def test_zero_replicas_are_refused_by_ray() -> None:
+    """``num_replicas: 0`` is refused by Ray (a PositiveInt): raylift's own rules allowed it."""
     zero = app("llm-gpu-tp4.yaml", replicas=0)
     with pytest.raises(ServeFitError, match=r"num_replicas: Input should be greater than 0 .*\(got 0\)"):
-        fit(zero, SEED_GPU_CLUSTER)
+        ray_fit(zero, SEED_GPU_CLUSTER)
 
 
+@needs_runtime
 def test_fields_ray_does_not_define_are_warned_about_not_refused() -> None:
     """Ray's Serve schema ignores fields it does not know (forward compatibility); raylift follows it and warns."""
     a = app("llm-gpu-tp4.yaml")
     a["deployments"][0]["num_replica"] = 3
     a["deployments"][0]["ray_actor_options"]["num_cpu"] = 2
-    report = fit(a, SEED_GPU_CLUSTER)
+    report = ray_fit(a, SEED_GPU_CLUSTER)
     assert report.lines
     assert report.warnings == [
         "deployments[LLMServer].num_replica is not a field of Ray's Serve schema: Serve ignores it (a typo?)",
@@ -277,6 +327,7 @@ def test_fields_ray_does_not_define_are_warned_about_not_refused() -> None:
     ]
 
 
+@needs_runtime
 def test_the_whole_config_is_checked_by_rays_serve_deploy_schema() -> None:
     """Beside the running apps: Ray's ServeDeploySchema refuses what its PUT would (host/port per app here)."""
     other = app("translator-gpu.yaml", route_prefix="/translate")
@@ -287,11 +338,12 @@ def test_the_whole_config_is_checked_by_rays_serve_deploy_schema() -> None:
         ServeFitError, match=r"cannot join the running Serve config: \(the whole config\): Port 8001 is set in the config for "
         r"application `app`.*\(Ray's ServeDeploySchema\)"
     ):
-        fit(a, SEED_GPU_CLUSTER, others=[other])
+        ray_fit(a, SEED_GPU_CLUSTER, others=[other])
 
 
 def test_ray_serve_schema_is_not_imported_with_the_module() -> None:
-    """The DAG processor imports the operators: Ray's models load only when a deploy checks a config."""
+    """The DAG processor imports the operators: neither Ray nor pydantic loads with the fit check (Ray's models run
+    in the cluster's Python, ``ray_schema_check.py``; tests/test_no_ray_on_control.py checks that none is imported)."""
     code = "import sys, raylift.serve.validation; sys.exit('ray' in sys.modules or 'pydantic' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0

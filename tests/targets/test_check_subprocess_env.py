@@ -49,3 +49,32 @@ def test_the_check_subprocess_gets_no_credentials(tmp_path: Path, monkeypatch: p
     assert SECRET not in json.dumps(env), sorted(k for k, v in env.items() if v == SECRET)
     assert env["PATH"] == os.environ["PATH"] and env["HF_HOME"] == str(tmp_path / "hf")
     assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"
+
+
+def test_the_serve_schema_check_subprocess_gets_no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's Serve schema check runs the runtime env's Python on the config: the same scrubbed environment."""
+    runtime = tmp_path / "python"
+    runtime.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os\n"
+        "print(json.dumps({'ok': True, 'warnings': [], 'env': dict(os.environ)}))\n"
+    )
+    runtime.chmod(runtime.stat().st_mode | stat.S_IEXEC)
+    for name in ("RAY_AUTH_TOKEN", "AWS_SECRET_ACCESS_KEY", "AIRFLOW_CONN_PROD", "HF_TOKEN", "SOME_SECRET"):
+        monkeypatch.setenv(name, SECRET)
+    seen: list[dict[str, str]] = []
+    import subprocess
+
+    real_run = subprocess.run
+
+    def recording_run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        proc = real_run(*args, **kwargs)
+        seen.append(json.loads(proc.stdout.splitlines()[-1])["env"])
+        return proc
+
+    monkeypatch.setattr("raylift.serve.validation.subprocess.run", recording_run)
+    settings = LocalSettings(home=tmp_path / "home", runtime_python=runtime, check_cache=tmp_path / "checks")
+    assert LocalTarget(settings=settings).check_serve_schema({"applications": []}, "app") == []
+    (env,) = seen
+    assert SECRET not in json.dumps(env), sorted(k for k, v in env.items() if v == SECRET)
+    assert env["PATH"] == os.environ["PATH"]

@@ -10,18 +10,19 @@ waits. Every write is under the cluster's lock and only if nobody changed the co
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from raylift.errors import DeployError
-from raylift.release.canary import CanaryPlan, canary_name, plan_or_resume, with_canary
+from raylift.release.canary import CanaryPlan, baseline_name, canary_name, plan_or_resume, with_canary
 from raylift.release.rollout import check_rollout_fits, with_native_surge
 from raylift.release.state import DeploymentState
 from raylift.release.writer import write_serve_config
 from raylift.serve.config import app_by_name, app_kind, app_url, config_hash, merge_app
-from raylift.serve.validation import Cluster, check_fit
-from raylift.targets.base import Target
+from raylift.serve.validation import Cluster, FitReport, check_fit
+from raylift.targets.base import ServeSchemaChecker, Target
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,48 @@ class Started:
     dark: bool = False
 
 
-def fit_check(target: Target, app: dict[str, Any], current: dict[str, Any], *, log: Any = log) -> None:
+# the apps whose config Ray's schema check judged, per target (one per deploy task): what its later fit checks weigh
+# are raylift's own shapes of that app (its surge peak, its canary and fresh baseline), whose fields Ray already judged
+_SCHEMA_CHECKED: weakref.WeakKeyDictionary[Target, set[str]] = weakref.WeakKeyDictionary()
+
+
+def check_serve_schema(target: Target, app: dict[str, Any], current: dict[str, Any], *, log: Any = log) -> list[str]:
+    """Ray's own schema check of the config this release writes (``app`` beside ``current``'s other apps), by the Ray
+    that will run it, where the target can run it (``ServeSchemaChecker``); once per deploy task. Returns Ray's
+    warnings; ServeFitError with Ray's refusal. A target without the capability leaves it to the cluster at apply,
+    and the task log says so."""
+    name = str(app.get("name"))
+    checked = _SCHEMA_CHECKED.setdefault(target, set())
+    if any(name in (done, canary_name(done), baseline_name(done)) for done in checked):
+        return []
+    config = {"applications": [app, *(a for a in current.get("applications", []) if a.get("name") != name)]}
+    warnings: list[str] = []
+    if isinstance(target, ServeSchemaChecker):
+        warnings = target.check_serve_schema(config, name)
+    else:
+        log.info(
+            "Ray's Serve schema check of app %r is left to the cluster at apply: the %s target cannot run the "
+            "cluster's Ray before the deploy, so a field Ray refuses fails the apply there (the deploy rolls back). "
+            "raylift's own rules and the fit are checked here.",
+            name, target.name)
+    checked.add(name)
+    return warnings
+
+
+def fit_check(target: Target, app: dict[str, Any], current: dict[str, Any], *, log: Any = log) -> FitReport:
     """Refuse (ServeFitError naming the numbers), before anything is applied, an app whose config is invalid or cannot
-    fit the cluster beside ``current``'s other apps; each line of the check logged."""
+    fit the cluster beside ``current``'s other apps; each line of the check logged. Ray's schema check (by the
+    cluster's Ray, :func:`check_serve_schema`) first, then raylift's own rules and the fit (``check_fit``)."""
     state = target.cluster_state()
     cluster = Cluster(totals=dict(state.resources), nodes=tuple(state.node_resources))
+    warnings = check_serve_schema(target, app, current, log=log)
     report = check_fit(app, cluster, others=current.get("applications", []), vllm=app_kind(app).vllm)
+    report.warnings[:0] = warnings
     for line in report.lines:
         log.info("fits: %s", line)
     for warning in report.warnings:
         log.warning("%s", warning)
+    return report
 
 
 def check_release_fits(kind: str, app: dict[str, Any], current: dict[str, Any], app_name: str, surge: int,

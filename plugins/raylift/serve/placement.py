@@ -88,7 +88,7 @@ def uses_accelerators(apps: Iterable[Mapping[str, Any]]) -> bool:
     """Whether any deployment of ``apps`` (Serve config applications) asks for GPUs or NeuronCores."""
     from raylift.serve.validation import ACCELERATORS, app_needs
 
-    return any(need.per_replica().get(unit, 0.0) > 0 for app in apps for need in app_needs(dict(app))
+    return any(need.per_replica().get(unit, 0.0) > 0 for app in apps for need in app_needs(app)
                for unit in ACCELERATORS)
 
 

@@ -3,49 +3,40 @@
 Serve accepts a config it cannot place and leaves the replicas PENDING until the deploy times out
 (or, worse, half of an update stuck while the rest is serving). So before applying, raylift checks:
 
-* the schema, with Ray's own code (Ray 2.60): the app by ``ServeApplicationSchema`` (and, with the other
-  running apps, the whole config by ``ServeDeploySchema``: what ``PUT /api/serve/applications/`` runs), then
-  what Serve checks only when it applies the config (refused here rather than DEPLOY_FAILED there): each
-  ``autoscaling_config`` by ``AutoscalingConfig`` (the schema keeps a dict as a dict; ``num_replicas:
-  auto`` starts from ``AutoscalingConfig.default()``, as Serve does) and ``ray_actor_options`` / placement
-  group options by Serve's ``ReplicaConfig`` (resource quantities, strategy, non-empty bundles, the actor
-  within bundle 0). A refusal names the field path from Ray's error and Ray's reason. Two rules stay
-  raylift's: ``num_gpus`` above 1 must be whole (Ray's raylet refuses it only when it creates the actor)
-  and ``max_ongoing_requests`` >= the autoscaling target (Ray accepts it; the app would never scale up).
-  Ray ignores fields it does not define (forward compatibility); raylift warns about them (a typo);
+* the schema, with Ray's own code, by the Ray that will run the config: ``ray_schema_check.py`` beside this module
+  (a stand-alone script: the app by ``ServeApplicationSchema``, Serve's ``AutoscalingConfig`` and ``ReplicaConfig``,
+  the whole config by ``ServeDeploySchema``, a refusal naming the field path and Ray's reason), run by a target that
+  can (``raylift.targets.base.ServeSchemaChecker``: the runtime env's Python on ``local``, a Ray job on the cluster's
+  head on ``ray`` and ``ecs``) once per deploy (``raylift.release.start.fit_check``). This module only reads its
+  verdict: the Airflow side has no Ray of its own (managed Airflow pins another Ray than a user's cluster runs, and
+  each Ray version has its own rules);
+* raylift's own rules, here, on the plain Serve-config dicts: ``num_gpus`` above 1 must be whole (Ray's raylet
+  refuses it only when it creates the actor) and ``max_ongoing_requests`` >= the autoscaling target (Ray accepts
+  it; the app would never scale up);
 * for vLLM, that the parallel sizes match the resources: tensor_parallel_size x
   pipeline_parallel_size GPU workers = the replica's GPUs; NeuronCores = tensor_parallel_size;
 * the cluster: the replicas' accelerators (and CPUs, where the cluster reports them) within the
   totals left by the other apps, and, where the cluster reports its nodes, per node: a TP group
   within one node (TP <= GPUs per node), PP stages on enough nodes, STRICT_PACK on one node.
-  No library does this half; it reads the parsed models, not the raw dicts.
+  No library does this half; it reads the config's counts and resources as Serve reads them (replica counts
+  from ``num_replicas`` or Serve's autoscaling defaults, ``ray_actor_options``, placement group bundles).
 
 Every fit refusal names the numbers (needed vs available) and what to change. Only conditions that are
 certain to fail are refused; an autoscaling ceiling above the cluster's size is a warning (a cloud
-cluster may grow).
-
-Import cost: Ray's models are imported inside the functions that use them, never at module import, so
-the DAG processor (which imports the operators) does not load Ray (a test checks). ``python -X importtime
--c "import ray.serve.schema"`` in the control env (Ray 2.60, pydantic 2.14, 2 shared cores, 12 runs):
-0.69-0.85 s cumulative (0.9 s wall for the whole process; 1.3-1.6 s while the machine was busier), of which
-``import ray`` is about 0.3 s and the ``ray.serve`` package (FastAPI's models, the request router) the
-rest. Paid once per deploy task, in the worker, before anything is applied.
+cluster may grow). Nothing here imports Ray (a test checks): the arithmetic is raylift's.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import types
-import typing
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-from raylift.errors import ServeFitError
-
-if TYPE_CHECKING:
-    from pydantic import ValidationError
-    from ray.serve.schema import DeploymentSchema, ServeApplicationSchema
+from raylift.errors import ClusterError, ServeFitError
 
 ACCELERATORS = ("GPU", "neuron_cores")
 EPS = 1e-9
@@ -53,6 +44,17 @@ FIX = (
     "Change the field(s) named above in the serve_config (or the replicas/autoscaling Params) as the message "
     "says; those marked (Ray's ...) are what Ray Serve itself would refuse. Nothing was deployed."
 )
+# Serve's AutoscalingConfig, as Ray 2.60 defines it (ray/serve/config.py: the fields' defaults, and
+# ``AutoscalingConfig.default()``, which ``num_replicas: auto`` starts from and the config's own autoscaling_config
+# updates: ray/serve/_private/config.py ``handle_num_replicas_auto``, _private/application_state.py); the target is
+# ray/serve/_private/constants.py DEFAULT_TARGET_ONGOING_REQUESTS
+AUTOSCALING_FIELD_DEFAULTS: dict[str, Any] = {
+    "min_replicas": 1, "initial_replicas": None, "max_replicas": 1, "target_ongoing_requests": 2.0,
+}
+AUTOSCALING_AUTO_DEFAULTS: dict[str, Any] = {"min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0}
+# Ray's Serve-schema check: a stand-alone script (stdlib + Ray) the target runs where the cluster's Ray is
+SCHEMA_SCRIPT = Path(__file__).with_name("ray_schema_check.py")
+SCHEMA_CHECK_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -90,207 +92,156 @@ class FitReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def _field_path(model: Any, loc: tuple[int | str, ...], data: Any) -> str:
-    """Ray's pydantic error location as a config path, e.g. ``deployments[LLMServer].num_replicas``.
-
-    Walks ``model``'s field types beside the raw ``data``: a list index is shown as the item's name
-    where it has one; what pydantic appends after a union field (its member types, e.g.
-    ``constrained-int``, ``str``) is not a field, so the path stops there.
-    """
-    from pydantic import BaseModel
-
-    parts: list[str] = []
-    kind: Any = model
-    for key in loc:
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
-            kind = args[0]  # Optional[X]: pydantic adds no location step for it
-        origin = typing.get_origin(kind)
-        is_model = isinstance(kind, type) and issubclass(kind, BaseModel)
-        if is_model and isinstance(key, str) and key in kind.model_fields:
-            parts.append(key)
-            kind = kind.model_fields[key].annotation
-        elif origin is list and isinstance(key, int) and parts:
-            item = data[key] if isinstance(data, list) and 0 <= key < len(data) else None
-            name = item.get("name") if isinstance(item, dict) else None
-            parts[-1] += f"[{name if name else key}]"
-            kind, data = (typing.get_args(kind) or (Any,))[0], item
-            continue
-        elif (kind is dict or origin is dict) and isinstance(key, str):
-            parts.append(key)
-            kind = (typing.get_args(kind) or (Any, Any))[1]
-        else:
-            break
-        data = data.get(key) if isinstance(data, dict) else None
-    return ".".join(parts)
+# -- Ray's judgement, read from the script's verdict ----------------------------------------------------------------
+def schema_script_source() -> str:
+    """The script's text, for a target that runs it as ``python -c`` on the cluster (a Ray job)."""
+    return SCHEMA_SCRIPT.read_text(encoding="utf-8")
 
 
-def _ray_problems(err: ValidationError, model: Any, data: Any, prefix: str = "") -> list[str]:
-    """One line per field Ray's pydantic ``model`` refused: ``path: Ray's reason (got value) (Ray's model)``."""
-    by_path: dict[str, list[str]] = {}
-    got: dict[str, str] = {}
-    for e in err.errors(include_url=False):
-        path = _field_path(model, tuple(e["loc"]), data)
-        reason = str(e["msg"]).removeprefix("Value error, ").rstrip(".!")
-        if reason not in by_path.setdefault(path, []):
-            by_path[path].append(reason)
-        if not isinstance(e.get("input"), (dict, list)) and e["type"] != "value_error":
-            got[path] = f" (got {e.get('input')!r})"
-    return [
-        f"{'.'.join(p for p in (prefix, path) if p) or '(the whole config)'}: {' or '.join(reasons)}{got.get(path, '')} "
-        f"(Ray's {model.__name__})"
-        for path, reasons in by_path.items()
-    ]
+def schema_verdict(output: str) -> dict[str, Any] | None:
+    """The script's verdict: the last JSON line of ``output`` that is one (a job's log has Ray's lines too)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                verdict = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(verdict, dict) and "ok" in verdict:
+                return verdict
+    return None
 
 
-def parse_app(app: dict[str, Any]) -> ServeApplicationSchema:
-    """``app`` (one entry of a Serve config's ``applications``) as Ray's ``ServeApplicationSchema``."""
-    from pydantic import ValidationError
-    from ray.serve.schema import ServeApplicationSchema
-
-    try:
-        return ServeApplicationSchema.model_validate(app)
-    except ValidationError as err:
-        problems = _ray_problems(err, ServeApplicationSchema, app)
+def schema_warnings(verdict: Mapping[str, Any], judge: str) -> list[str]:
+    """The fields Ray ignores (warnings) from the script's ``verdict``; ServeFitError with Ray's refusal, in the words
+    the deploy step always used (the app's field paths, Ray's reasons). ``judge``: whose Ray it was, for the message."""
+    if verdict.get("ok"):
+        return [str(w) for w in verdict.get("warnings") or []]
+    what = "is not a valid config" if verdict.get("stage") == "app" else "cannot join the running Serve config"
     raise ServeFitError(
-        f"Serve app {app.get('name')!r} is not a valid config: "
-        + "; ".join(problems) + ". " + FIX
+        f"Serve app {verdict.get('app')!r} {what}: " + "; ".join(str(p) for p in verdict.get("problems") or [])
+        + ". " + FIX + f" (Judged by Ray {verdict.get('ray', '?')} of {judge}.)"
     )
 
 
-def check_deploy_config(app: dict[str, Any], others: Iterable[dict[str, Any]]) -> None:
-    """The config Serve will get (``app`` beside the other running apps) by Ray's ``ServeDeploySchema``:
-    the rules across apps (unique names and route prefixes, no per-app host/port)."""
-    from pydantic import ValidationError
-    from ray.serve.schema import ServeDeploySchema
-
-    config = {"applications": [app, *others]}
+def run_schema_check(python: str | Path, config: dict[str, Any], app_name: str, *, env: dict[str, str] | None,
+                     judge: str, timeout_s: float = SCHEMA_CHECK_TIMEOUT_S) -> list[str]:
+    """Run the script with ``python`` (one with Ray: a runtime env's) on ``config`` for ``app_name``; the warnings,
+    or ServeFitError with Ray's refusal, or ClusterError when it gave no verdict (no Ray there?)."""
     try:
-        ServeDeploySchema.model_validate(config)
-    except ValidationError as err:
-        problems = _ray_problems(err, ServeDeploySchema, config)
-        raise ServeFitError(
-            f"Serve app {app.get('name')!r} cannot join the running Serve config: " + "; ".join(problems) + ". " + FIX
-        ) from None
-
-
-def _set(dep: DeploymentSchema, name: str) -> bool:
-    """Whether the config sets deployment option ``name`` (unset options keep the code's values)."""
-    from ray.serve._private.utils import DEFAULT
-
-    return name in dep.model_fields_set and getattr(dep, name) is not DEFAULT.VALUE
-
-
-def _autoscaling(dep: DeploymentSchema, where: str, problems: list[str]) -> Any:
-    """The deployment's ``AutoscalingConfig`` as Serve builds it when applying the config, or None."""
-    from pydantic import ValidationError
-    from ray.serve.config import AutoscalingConfig
-
-    given = dep.autoscaling_config if _set(dep, "autoscaling_config") else None
-    if isinstance(given, AutoscalingConfig):
-        return given
-    if dep.num_replicas == "auto":  # Serve: AutoscalingConfig.default() updated with what the config gives
-        values = {**AutoscalingConfig.default().model_dump(), **(given or {})}
-    elif given is None:
-        return None
-    else:
-        values = dict(given)
-    try:
-        return AutoscalingConfig(**values)
-    except ValidationError as err:
-        problems += _ray_problems(err, AutoscalingConfig, values, prefix=f"{where}.autoscaling_config")
-        return None
-
-
-def _replica_options(dep: DeploymentSchema, where: str, problems: list[str]) -> dict[str, Any]:
-    """``ray_actor_options`` as the config sets them, after Serve's own ``ReplicaConfig`` checked them and
-    the placement group options (what the controller runs when it applies the config; private to Serve,
-    so pinned with Ray). Checked in two steps so that the refusal names the field."""
-    from ray.serve._private.config import ReplicaConfig
-
-    options = dep.ray_actor_options.model_dump(exclude_unset=True) if _set(dep, "ray_actor_options") else {}
-    group = {
-        name: getattr(dep, name)
-        for name in (
-            "placement_group_bundles", "placement_group_strategy", "placement_group_bundle_label_selector",
-            "max_replicas_per_node",
+        proc = subprocess.run([str(python), str(SCHEMA_SCRIPT), "-", app_name], input=json.dumps(config),
+                              capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"Could not check the Serve config with the Ray of {judge} ({python}): {exc}. "
+                           "Nothing was deployed.") from None
+    verdict = schema_verdict(proc.stdout)
+    if proc.returncode != 0 or verdict is None:
+        raise ClusterError(
+            f"Could not check the Serve config with the Ray of {judge} ({python} exited {proc.returncode}): "
+            f"{proc.stderr[-500:] or proc.stdout[-500:]} Nothing was deployed."
         )
-        if _set(dep, name)
-    }
-    steps: list[tuple[str, dict[str, Any]]] = [("ray_actor_options", {})]
-    if group:
-        steps.append(("/".join(group), group))
-    for fields, kwargs in steps:
+    return schema_warnings(verdict, judge)
+
+
+# -- raylift's own arithmetic, on the plain config dicts ------------------------------------------------------------
+def _number(value: Any, where: str, problems: list[str]) -> float | None:
+    """``value`` as a resource quantity (None: not given); what is no number goes to ``problems``."""
+    if value is None:
+        return None
+    if not isinstance(value, bool) and isinstance(value, (int, float, str)):
         try:
-            ReplicaConfig.create(dep.name, ray_actor_options=dict(options), **kwargs)  # it fills in num_cpus
-        except (ValueError, TypeError) as err:
-            problems.append(f"{where}.{fields}: {str(err).rstrip('.')} (Ray Serve's ReplicaConfig)")
-            break
-    return options
+            return float(value)
+        except ValueError:
+            pass
+    problems.append(f"{where}: not a number (got {value!r})")
+    return None
 
 
-def _unknown_fields(raw: dict[str, Any], where: str) -> list[str]:
-    """Deployment fields (and ``ray_actor_options`` keys) Ray's schema does not define: Serve ignores them."""
-    from ray.serve.schema import DeploymentSchema, RayActorOptionsSchema
+def _count(value: Any, where: str, problems: list[str]) -> int | None:
+    """``value`` as a replica count >= 0 (None: not given); anything else goes to ``problems``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    problems.append(f"{where}: not a replica count (got {value!r})")
+    return None
 
-    out = [f"{where}.{k}" for k in raw if k not in DeploymentSchema.model_fields]
-    options = raw.get("ray_actor_options")
-    if isinstance(options, dict):
-        out += [f"{where}.ray_actor_options.{k}" for k in options if k not in RayActorOptionsSchema.model_fields]
-    return out
+
+def _autoscaling(dep: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any] | None:
+    """The deployment's autoscaling values as Serve fills them in when it applies the config, or None (a fixed
+    count): ``num_replicas: auto`` starts from ``AutoscalingConfig.default()``, updated with what the config gives."""
+    given = dep.get("autoscaling_config")
+    if given is not None and not isinstance(given, Mapping):
+        problems.append(f"{where}.autoscaling_config: not a mapping (got {given!r})")
+        given = None
+    if dep.get("num_replicas") == "auto":
+        return {**AUTOSCALING_FIELD_DEFAULTS, **AUTOSCALING_AUTO_DEFAULTS, **(given or {})}
+    if given is None:
+        return None
+    return {**AUTOSCALING_FIELD_DEFAULTS, **given}
 
 
-def replica_needs(dep: DeploymentSchema, problems: list[str]) -> ReplicaNeeds:
-    """One parsed deployment's needs; what Serve would refuse when applying it goes to ``problems``."""
-    where = f"deployments[{dep.name}]"
-    options = _replica_options(dep, where, problems)
-    auto = _autoscaling(dep, where, problems)
-    gpus = options.get("num_gpus") or 0.0
+def replica_needs(dep: Mapping[str, Any], problems: list[str], index: int = 0) -> ReplicaNeeds:
+    """One deployment's needs (a dict of the config's ``deployments``); raylift's own refusals go to ``problems``."""
+    name = str(dep.get("name") or index)
+    where = f"deployments[{name}]"
+    raw_options = dep.get("ray_actor_options")
+    options: Mapping[str, Any] = raw_options if isinstance(raw_options, Mapping) else {}
+    gpus = _number(options.get("num_gpus"), f"{where}.ray_actor_options.num_gpus", problems) or 0.0
     if gpus > 1 and not float(gpus).is_integer():  # Ray's raylet refuses it when it creates the actor
         problems.append(
             f"{where}.ray_actor_options.num_gpus {gpus:g}: Ray shares a GPU only in fractions < 1; use a whole number"
         )
-    asked = {"CPU": options.get("num_cpus"), "GPU": gpus, **(options.get("resources") or {})}
-    actor = {str(k): float(v) for k, v in asked.items() if isinstance(v, (int, float)) and (v > 0 or k == "CPU")}
+    custom = options.get("resources")
+    asked: dict[str, Any] = {
+        "CPU": _number(options.get("num_cpus"), f"{where}.ray_actor_options.num_cpus", problems), "GPU": gpus,
+        **{str(k): _number(v, f"{where}.ray_actor_options.resources.{k}", problems)
+           for k, v in (custom.items() if isinstance(custom, Mapping) else ())},
+    }
+    actor = {k: float(v) for k, v in asked.items() if v is not None and (v > 0 or k == "CPU")}
+    auto = _autoscaling(dep, where, problems)
     if auto is not None:
-        replicas = auto.initial_replicas if auto.initial_replicas is not None else auto.min_replicas
-        ceiling = auto.max_replicas
-        limit = dep.max_ongoing_requests if _set(dep, "max_ongoing_requests") else None
-        target = auto.target_ongoing_requests
+        floor = _count(auto.get("min_replicas"), f"{where}.autoscaling_config.min_replicas", problems) or 0
+        initial = _count(auto.get("initial_replicas"), f"{where}.autoscaling_config.initial_replicas", problems)
+        replicas = initial if initial is not None else floor
+        ceiling = _count(auto.get("max_replicas"), f"{where}.autoscaling_config.max_replicas", problems) or 0
+        limit = _number(dep.get("max_ongoing_requests"), f"{where}.max_ongoing_requests", problems)
+        target = _number(auto.get("target_ongoing_requests"), f"{where}.autoscaling_config.target_ongoing_requests",
+                         problems)
         if limit is not None and target is not None and limit < target:  # Ray accepts it
             problems.append(
-                f"{where}.max_ongoing_requests {limit} < target_ongoing_requests {target:g}: a replica could never "
+                f"{where}.max_ongoing_requests {limit:g} < target_ongoing_requests {target:g}: a replica could never "
                 "reach the target, so the autoscaler would not scale up; set it 20-50% above the target"
             )
-    elif isinstance(dep.num_replicas, int):
-        replicas = ceiling = dep.num_replicas
     else:
-        replicas = ceiling = 1  # not in the config: the code's count, 1 by default
-    if not _set(dep, "placement_group_bundles"):
-        return ReplicaNeeds(dep.name, replicas, ceiling, (actor,), None, "CPU" in actor)
-    bundles = tuple({str(k): float(v) for k, v in b.items()} for b in dep.placement_group_bundles)
-    strategy = dep.placement_group_strategy if _set(dep, "placement_group_strategy") else "PACK"
-    return ReplicaNeeds(dep.name, replicas, ceiling, bundles, strategy, True)
+        count = _count(dep.get("num_replicas"), f"{where}.num_replicas", problems)
+        replicas = ceiling = 1 if count is None else count  # not in the config: the code's count, 1 by default
+    raw_bundles = dep.get("placement_group_bundles")
+    if raw_bundles is None:
+        return ReplicaNeeds(name, replicas, ceiling, (actor,), None, "CPU" in actor)
+    bundles: list[dict[str, float]] = []
+    for i, bundle in enumerate(raw_bundles if isinstance(raw_bundles, list) else [raw_bundles]):
+        if not isinstance(bundle, Mapping):
+            problems.append(f"{where}.placement_group_bundles[{i}]: not a mapping of resources (got {bundle!r})")
+            continue
+        amounts = {str(k): _number(v, f"{where}.placement_group_bundles[{i}].{k}", problems) for k, v in bundle.items()}
+        bundles.append({k: v for k, v in amounts.items() if v is not None})
+    strategy = str(dep.get("placement_group_strategy") or "PACK")
+    return ReplicaNeeds(name, replicas, ceiling, tuple(bundles), strategy, True)
 
 
-def app_needs(app: dict[str, Any], warnings: list[str] | None = None) -> list[ReplicaNeeds]:
-    """Every deployment's needs, from Ray's parse of ``app``; ServeFitError listing every problem at once.
-
-    ``warnings`` (when given) gets the fields Ray ignores.
-    """
-    parsed = parse_app(app)
-    raws = [d for d in app.get("deployments") or [] if isinstance(d, dict)]
-    if not parsed.deployments:
+def app_needs(app: Mapping[str, Any]) -> list[ReplicaNeeds]:
+    """Every deployment's needs, read from ``app`` (one entry of a Serve config's ``applications``); ServeFitError
+    listing every problem at once."""
+    deployments = [d for d in app.get("deployments") or [] if isinstance(d, Mapping)]
+    if not deployments:
         raise ServeFitError(
             f"Serve app {app.get('name')!r} lists no deployments: raylift checks the fit from their options "
             "(replicas, ray_actor_options, placement_group_bundles); list them in the serve_config."
         )
     problems: list[str] = []
-    needs = [replica_needs(dep, problems) for dep in parsed.deployments]
-    if warnings is not None:
-        for raw, dep in zip(raws, parsed.deployments):
-            for path in _unknown_fields(raw, f"deployments[{dep.name}]"):
-                warnings.append(f"{path} is not a field of Ray's Serve schema: Serve ignores it (a typo?)")
+    needs = [replica_needs(dep, problems, i) for i, dep in enumerate(deployments)]
     if problems:
         raise ServeFitError(
             f"Serve app {app.get('name')!r} is not a valid config: " + "; ".join(problems) + ". " + FIX
@@ -440,12 +391,14 @@ def check_fit(
 ) -> FitReport:
     """Refuse (ServeFitError, every problem with its numbers) an app that cannot run on ``cluster``.
 
+    raylift's arithmetic only, so it runs wherever a fit is weighed (each surge or canary shape, a rollback); Ray's
+    own schema check runs once per deploy, where the cluster's Ray is (``raylift.release.start.fit_check``).
     ``others``: the other apps in the running Serve config (their replicas keep their resources).
     ``vllm``: the app's ``args.engine_args`` are vLLM's (parallel sizes are checked against resources).
     """
     name = app.get("name")
     report = FitReport()
-    needs = app_needs(app, report.warnings)
+    needs = app_needs(app)
     problems: list[str] = []
     tp = pp = 1
     if vllm:
@@ -453,7 +406,6 @@ def check_fit(
         for n in needs:
             problems += parallel_problems(tp, pp, n)
     held: dict[str, float] = {}
-    running: list[dict[str, Any]] = []
     for other in others:
         if other.get("name") != name:
             try:
@@ -461,8 +413,6 @@ def check_fit(
                     held[r] = held.get(r, 0.0) + v
             except ServeFitError:
                 continue  # another app's config is Serve's business, not this deploy's
-            running.append(other)
-    check_deploy_config(app, running)
     want = demand(needs, cluster)
     for resource, amount in sorted(want.items()):
         have = cluster.totals.get(resource, 0.0)

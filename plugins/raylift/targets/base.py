@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from raylift.records import Artifact, ClusterExpectation, ClusterState, StagedModel
 
@@ -38,6 +38,20 @@ class ClusterPair(NamedTuple):
 
     serving: str
     candidate: str
+
+
+@runtime_checkable
+class ServeSchemaChecker(Protocol):
+    """An optional capability: Ray's own models judge a Serve config where the Ray that will run it is (the runtime
+    env's Python on ``local``, a Ray job on the cluster's head on ``ray`` and ``ecs``), so its rules are that Ray
+    version's, and the Airflow side needs no Ray. A target without it (``eks``: its dashboard is inside the cluster)
+    leaves that check to the cluster when the config is applied (KubeRay, then Serve, refuse it there)."""
+
+    def check_serve_schema(self, config: dict[str, Any], app_name: str) -> list[str]:
+        """Judge ``config`` (the whole Serve config a release writes: ``app_name`` beside the other apps) with Ray's
+        models (``raylift/serve/ray_schema_check.py``). Returns Ray's warnings (fields Serve ignores); raises
+        ServeFitError with Ray's refusal (field paths and reasons), ClusterError when no verdict came back."""
+        ...
 
 
 class Target(ABC):

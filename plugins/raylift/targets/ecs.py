@@ -35,8 +35,8 @@ from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 from raylift.targets.ecs_blue_green import EcsBlueGreen
 from raylift.targets.ecs_staging import EcsStaging
+from raylift.targets.ray_jobs import RayJobChecks
 from raylift.targets.scale_in import DrainedScaleIn, ScaleInPlan
-from raylift.targets.serve_control import DashboardServeControl
 
 if TYPE_CHECKING:
     from raylift.hooks.ray_drain import RayDrainHook
@@ -99,7 +99,7 @@ class EcsOptions(AwsOptions):
         return self
 
 
-class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl, AwsTarget):
+class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, RayJobChecks, AwsTarget):
     """Options (all JSON, validated by ``EcsOptions``): ``cluster``, ``head_service``, ``worker_service``,
     ``head_address`` or ``cloud_map_namespace``/``cloud_map_service``, ``dashboard_port``, ``serve_port``,
     ``serve_host`` (where Serve's proxy binds on the head), ``endpoint``, ``head_gpus``, ``worker_gpus`` (or
@@ -112,7 +112,10 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, DashboardServeControl,
     A scale-in drains first (``raylift.targets.scale_in``): the worker tasks to stop are picked from Ray's state,
     drained in Ray, and only then is the worker service's desiredCount lowered and exactly those tasks stopped.
 
-    Model staging (target option ``staging``: ``remote``) runs as a one-off ECS task (``raylift.targets.ecs_staging``)."""
+    Model staging (target option ``staging``: ``remote``) runs as a one-off ECS task (``raylift.targets.ecs_staging``).
+
+    Ray's Serve schema check runs as a Ray job on the head (``raylift.targets.ray_jobs``): the serving head's Ray
+    judges the config (in a blue/green release too, before the candidate's cluster exists)."""
 
     name = "ecs"
 

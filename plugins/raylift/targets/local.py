@@ -271,6 +271,34 @@ class LocalTarget(DashboardServeControl, Target):
                 "Run that command by hand to see the whole output; nothing was deployed."
             )
 
+    def check_serve_schema(self, config: dict[str, Any], app_name: str) -> list[str]:
+        """Ray's models in the runtime env judge ``config`` (``raylift/serve/ray_schema_check.py`` run by
+        ``runtime_python``: the Ray this release's cluster runs, a blue/green candidate's included). The environment
+        is scrubbed as for the engine-args check: it is the cluster's Python, and needs no credential of the worker's.
+
+        A fresh Python importing Serve's models is about a second and a half of CPU, so an accepted verdict is kept,
+        as the engine-args check keeps its own, per hash of what decides it (the config, the app, the installed Ray
+        and the script) under ``<RAYLIFT_CHECK_CACHE>/serve-schema``; refusals are not kept."""
+        import hashlib
+
+        from raylift.serve.validation import SCHEMA_SCRIPT, run_schema_check
+
+        site = sorted(Path(self.runtime_python).parent.parent.glob("lib/python3*/site-packages"))
+        digest = hashlib.sha256(json.dumps([config, app_name], sort_keys=True).encode())
+        digest.update(" ".join(sorted(p.name for s in site for p in s.glob("ray-*.dist-info"))).encode())
+        digest.update(SCHEMA_SCRIPT.read_bytes())
+        cached = self.settings.check_cache / "serve-schema" / f"{digest.hexdigest()}.json"
+        if site and cached.is_file():
+            return [str(w) for w in json.loads(cached.read_text())["warnings"]]
+        warnings = run_schema_check(self.runtime_python, config, app_name, env=child_env(),
+                                    judge=f"the runtime env at {self.runtime_python}")
+        if site:  # a runtime env whose Ray is known by its dist-info (what the hash names)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_suffix(f".{os.getpid()}.tmp")  # homes share it: never a half-written verdict
+            partial.write_text(json.dumps({"app": app_name, "warnings": warnings}))
+            partial.replace(cached)
+        return warnings
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
                              working_dir: str | None = None) -> None:
         """Ask vLLM (in the runtime env) whether it accepts ``engine_args`` for this model, in seconds.

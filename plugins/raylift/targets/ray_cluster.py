@@ -3,7 +3,8 @@
 The cluster is reached only through what the user names: its dashboard (Serve REST API, nodes, Ray Jobs) and
 its Serve endpoint. raylift never starts, scales or stops it: the scale step checks that it answers and takes
 its nodes as they are, and teardown leaves it running (``raylift_undeploy`` removes an app). What must run
-where vLLM runs (the engine-args check, an app's extra module) runs there, as a Ray job on the head node.
+where vLLM and Ray run (the engine-args check, an app's extra module, Ray's Serve schema check) runs there, as a
+Ray job on the head node (``raylift.targets.ray_jobs``).
 
 Packages and models are handed to the cluster by path (``file://`` working dirs, the model store folder), as
 on ``local``: the cluster must see ``RAYLIFT_HOME`` and the model store at the same paths (Compose mounts one
@@ -21,12 +22,13 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from raylift.config import RAY_JOB_TIMEOUT_S, LocalSettings
+from raylift.config import LocalSettings
 from raylift.errors import ClusterError, CredentialsError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.records import ClusterExpectation
 from raylift.targets.base import ClusterPair, Target
 from raylift.targets.local import LocalTarget, StoreOptions
+from raylift.targets.ray_jobs import RayJobChecks
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class RayOptions(StoreOptions):
         return _http_url("serve_url", value, "http://ray-head:8000")
 
 
-class RayClusterTarget(LocalTarget):
+class RayClusterTarget(RayJobChecks, LocalTarget):
     """``ray``: an existing Ray cluster at ``dashboard_url`` serving on ``serve_url``; models and packages as on local."""
 
     name = "ray"
@@ -160,22 +162,7 @@ class RayClusterTarget(LocalTarget):
     def endpoint_url(self) -> str:
         return self.serve_url
 
-    # -- checks where vLLM runs: Ray jobs on the cluster -----------------------------------------
-    def run_job(self, entrypoint: str, runtime_env: dict[str, Any] | None = None,
-                timeout_s: float = RAY_JOB_TIMEOUT_S) -> tuple[str, str]:
-        """Run ``entrypoint`` on the cluster's head node and wait for it; returns (final status, logs)."""
-        from raylift.triggers.ray_job import RayJobFinishedTrigger
-
-        job = self.dashboard.submit_job(entrypoint, runtime_env)
-        event = RayJobFinishedTrigger(self.dashboard_url, job, timeout_s=timeout_s,
-                                      cluster_conn_id=self.cluster_conn_id).wait()
-        if event["status"] != "success":
-            raise ClusterError(
-                f"{event['message']}: is the cluster's head busy or short of CPU, or its dashboard down? "
-                "Nothing was deployed."
-            )
-        return str(event["job_status"]), self.dashboard.job_logs(job)
-
+    # -- checks where vLLM runs: Ray jobs on the cluster (RayJobChecks.run_job), Ray's Serve schema included -----
     def ensure_app_runtime(self, module: str, app_kind: str) -> None:
         """The cluster's own Python must import ``module``: raylift installs nothing into a cluster it did not start."""
         probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
