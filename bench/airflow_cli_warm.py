@@ -1,5 +1,5 @@
 """What the suite's warm Airflow CLI saves per ``airflow dags test``: CPU of the plain command against the same
-command forked from a warm Airflow (bench/harness/airflow_forkserver.py), alternating, on one stack.
+command forked from a warm Airflow (tests/harness/airflow_forkserver.py), alternating, on one stack.
 
 The command is ``airflow dags test raylift_teardown`` on a fresh home (its one task finds no cluster to stop): what
 every ``dags test`` pays before and around raylift's own tasks (Airflow's imports, the in-process Execution API and
@@ -28,7 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness.local_stack import make_stack  # noqa: E402
+from tests.harness.local_stack import make_stack  # noqa: E402
 
 COMMAND = ("dags", "test", "raylift_teardown", "--conf", "{}")
 

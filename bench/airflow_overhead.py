@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness.local_stack import make_stack, stop_cluster, tiny_model_path  # noqa: E402
+from tests.harness.local_stack import make_stack, stop_cluster, tiny_model_path  # noqa: E402
 
 QUERY = """
 import json

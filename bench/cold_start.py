@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster  # noqa: E402
+from tests.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster  # noqa: E402
 
 RUNTIME_PY = ROOT / ".cache/venvs/runtime/bin/python"
 PLAIN_PORT, PORT_BASE = 24911, 24000

@@ -4,7 +4,7 @@ Issue 26's targets: an unchanged candidate falsely rejected in <= 2 %; a 10 %, 2
 >= 50 %, >= 95 %, >= 99 %; five successive 10 % slowdowns stopped by the third release in >= 95 % of sequences.
 
 **The model.** Every benchmark's per-request samples are drawn from the stub server's own latency model
-(``bench/stub_server.py --ttft-ms 20 --itl-ms 3 --jitter 0.3``: each request's TTFT and ITL times its own
+(``tests/harness/stub_server.py --ttft-ms 20 --itl-ms 3 --jitter 0.3``: each request's TTFT and ITL times its own
 lognormal factor, sigma 0.3), for the very requests the benchmark sends (the ``smoke`` profile's seeded output
 lengths, ``raylift.measure.profiles.generate_requests``) in its rounds (``raylift.measure.runner.rounds_for``:
 8 rounds of 8 at concurrency 1 and 4, the levels taking turns), shaped as ``levels[*].samples`` with
@@ -407,7 +407,7 @@ def validate(m: Machine, gate: Gate, trials: int, budget_s: float) -> dict[str, 
     judged and decided as above; verdicts per row, to set beside the virtual ones (no drift here)."""
     from contextlib import ExitStack
 
-    from bench.stub_server import running_stub
+    from tests.harness.stub_server import running_stub
     from raylift.measure.runner import Arm, run_side_by_side
 
     t0 = time.monotonic()

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from bench.harness.background_load import BackgroundLoad  # noqa: E402
-from bench.harness.local_stack import make_stack, stop_cluster, tiny_model_path  # noqa: E402
+from tests.harness.background_load import BackgroundLoad  # noqa: E402
+from tests.harness.local_stack import make_stack, stop_cluster, tiny_model_path  # noqa: E402
 
 MODEL = "tiny-noise"
 

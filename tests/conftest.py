@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness.moto_server import aws_env, moto_server, reset
+from tests.harness.moto_server import aws_env, moto_server, reset
 from tests import tier_guard
 
 

@@ -40,3 +40,18 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "raylift layers BROKEN" in out.stdout
     assert "raylift.hooks is not allowed to import raylift.targets" in out.stdout
+
+
+def test_tests_never_import_bench() -> None:
+    """The harness the tests and the benchmarks share lives under tests/ (tests/harness); bench/ imports it, never the
+    reverse, so a measurement script can change without touching what the suite asserts."""
+    import ast
+
+    root = Path(__file__).resolve().parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{path.relative_to(root)}: {n}" for n in names if n == "bench" or n.startswith("bench.")]
+    assert offenders == []

@@ -1,4 +1,4 @@
-"""Fixtures: the stub OpenAI-compatible server (bench/stub_server.py) in a child process."""
+"""Fixtures: the stub OpenAI-compatible server (tests/harness/stub_server.py) in a child process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from bench.stub_server import running_stub
+from tests.harness.stub_server import running_stub
 
 
 @pytest.fixture()

@@ -1,4 +1,4 @@
-"""Measuring clients ahead of ordinary processes, as the stub server runs (``bench.stub_server.raise_priority``).
+"""Measuring clients ahead of ordinary processes, as the stub server runs (``tests.harness.stub_server.raise_priority``).
 
 A client that wakes late stamps its own delay on a request: on a shared machine that falls on one run's requests and
 not the other's. Where raising the priority is not allowed (no root or CAP_SYS_NICE) the client measures as it is.
@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bench.stub_server import CLIENT_NICE, raise_priority
+from tests.harness.stub_server import CLIENT_NICE, raise_priority
 
 __all__ = ["CLIENT_NICE", "raise_priority", "raised_priority"]
 

@@ -1,4 +1,4 @@
-"""The suite's warm Airflow CLI (bench/harness/airflow_forkserver.py) ends every command as the plain CLI does.
+"""The suite's warm Airflow CLI (tests/harness/airflow_forkserver.py) ends every command as the plain CLI does.
 
 The judge is the plain ``airflow`` command run as a subprocess on the same Airflow home: the same exit code and error
 for a refused ``dags test``, and the stack's environment as it is at each call.
@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.harness.local_stack import LocalStack, make_stack
+from tests.harness.local_stack import LocalStack, make_stack
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """raylift's load generator and vLLM's own ``vllm bench serve`` (a peer nobody here wrote) on one load.
 
 Both clients, one after the other, send the same load (16 streamed completions, 32 output tokens each,
-at concurrency 4) to the stub server (``bench/stub_server.py``) with injected TTFT and
+at concurrency 4) to the stub server (``tests/harness/stub_server.py``) with injected TTFT and
 inter-token delays. Mean TTFT, mean TPOT and output tokens/s must agree within 3 % between the two
 clients and with the truth: the delays the stub reports it really produced (``GET /stats``), not only
 the nominal ones, so a busy machine that makes the stub late is not blamed on a client. The nominal
@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness.local_stack import ROOT
+from tests.harness.local_stack import ROOT
 from raylift.measure.runner import run_benchmark
 from tests.bench.priority import raise_priority, raised_priority
 from tests.serve_apps.models import RUNTIME_PYTHON

@@ -30,7 +30,7 @@ from typing import Any
 
 from scipy import stats
 
-from bench.stub_server import running_stub
+from tests.harness.stub_server import running_stub
 from raylift.config import (
     DEFAULT_MAX_REGRESSION,
     DEFAULT_REGRESSION_CONFIDENCE,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness.local_stack import ROOT
+from tests.harness.local_stack import ROOT
 from raylift.errors import BenchmarkError
 from raylift.measure.cost import format_cost, run_cost
 from raylift.measure.report import cost_html, write_report

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.harness.local_stack import ROOT, tiny_model_path
+from tests.harness.local_stack import ROOT, tiny_model_path
 from tests.fixtures.airflow_server import running_airflow
 
 PORT_BASE = 34000

@@ -9,7 +9,7 @@ api-server). Each quick start's shell blocks are read out of the markdown and ru
 laid out like the checkout (``tools/``, ``images/``, ``.cache/`` linked; ``var/`` is this stack's RAYLIFT_HOME, whose
 ``airflow/`` is AIRFLOW_HOME, as ``tools/airflow_env.sh`` lays it out; ``terraform/examples`` copied). ``airflow``
 there is Airflow's own CLI ``main()`` with the block's arguments, forked from this stack's warm Airflow
-(``bench/harness/airflow_forkserver.py``; ~2.4 instead of ~3.5 CPU-s a command). Each run is followed through the
+(``tests/harness/airflow_forkserver.py``; ~2.4 instead of ~3.5 CPU-s a command). Each run is followed through the
 REST API to a terminal state; a run still ``queued`` after ``QUEUED_GRACE_S`` while its DAG is paused fails the test
 at once (a paused DAG's run never starts). Every quick start starts from ``raylift_deploy`` paused, as Airflow created
 it, whatever the one before it unpaused (``QuickStart.as_created``): each must unpause it itself.
@@ -76,8 +76,8 @@ import boto3
 import httpx
 import pytest
 
-from bench.harness.local_stack import CONTROL_BIN
-from bench.harness.moto_server import aws_env, reset
+from tests.harness.local_stack import CONTROL_BIN
+from tests.harness.moto_server import aws_env, reset
 from tests.aws.moto_resources import tf_outputs
 from tests.aws.test_docs_confs import eks_node_groups
 from tests.fixtures.airflow_server import AirflowServer, running_airflow

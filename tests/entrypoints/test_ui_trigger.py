@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.local_stack import ROOT
+from tests.harness.local_stack import ROOT
 from raylift.dag_params import SECTIONS
 from tests.entrypoints.conftest import deploy_conf
 from tests.fixtures.airflow_server import USERNAME, AirflowServer

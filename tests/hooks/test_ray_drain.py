@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.harness.local_stack import ROOT
+from tests.harness.local_stack import ROOT
 from raylift.hooks.ray_drain import RayDrainHook, removal_order
 from raylift.targets.scale_in import request_drain
 from raylift.triggers.drain import RayNodesDrainedTrigger

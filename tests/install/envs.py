@@ -5,7 +5,8 @@ The platforms (:data:`PLATFORMS`):
 
 - ``airflow-3.1.8``: the oldest Airflow raylift supports, latest patch on PyPI, on Python 3.11 (Cloud Composer 3's
   Airflow 3.1 images run 3.11). PyPI resolves everything, except that each Apache provider raylift requires is held
-  at raylift's own floor (``floors.txt``, written from the wheel's metadata): the floors are what this tests.
+  at raylift's own floor (``floors.txt``, written from the wheel's metadata): the floors are what this tests; and
+  ``data/airflow-3.1.8-pypi-fixes.txt`` holds back what breaks Airflow 3.1.8 itself (its file says why).
 - ``airflow-3.2.2``: the latest 3.2 patch on PyPI, Python 3.12, PyPI's versions.
 - ``mwaa-3.2.1`` / ``mwaa-3.3.1``: Amazon MWAA's Python 3.12 with the constraint files MWAA imposes on a
   ``requirements.txt`` install (copies in ``data/``, from aws/amazon-mwaa-docker-images
@@ -68,7 +69,7 @@ class Platform:
 PLATFORMS = {
     p.name: p
     for p in (
-        Platform("airflow-3.1.8", "3.11", "3.1.8", floors=True),
+        Platform("airflow-3.1.8", "3.11", "3.1.8", ("airflow-3.1.8-pypi-fixes.txt",), floors=True),
         Platform("airflow-3.2.2", "3.12", "3.2.2"),
         Platform("mwaa-3.2.1", "3.12", "3.2.1", ("mwaa-3.2.1-constraints.txt", "mwaa-3.2.1-essential.txt")),
         Platform("mwaa-3.3.1", "3.12", "3.3.1", ("mwaa-3.3.1-constraints.txt", "mwaa-3.3.1-essential.txt")),

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.harness.local_stack import ROOT, LocalStack, tiny_model_path
+from tests.harness.local_stack import ROOT, LocalStack, tiny_model_path
 from tests.serve_apps import openai_conformance as oc
 
 # Not a port of any stack: the stacks take 20xxx-29xxx by thousands, the multi-worker heads 30xxx/31xxx at the

@@ -38,8 +38,8 @@ import pytest
 import yaml
 from botocore.config import Config
 
-from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
-from bench.harness.moto_server import aws_env, reset
+from tests.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
+from tests.harness.moto_server import aws_env, reset
 from tests.aws.moto_resources import tool_target_options
 from tests.fixtures.kube_api import KubeApiStandIn, RayOperator, kube_api_standin
 from tests.integration.conftest import PlainVllm

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.harness.local_stack import LocalStack, make_stack, tiny_model_path
+from tests.harness.local_stack import LocalStack, make_stack, tiny_model_path
 from raylift.errors import RayliftValueError
 from raylift.targets import get_target
 

@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from bench.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
+from tests.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
 from tests.integration.conftest import PlainVllm, deployed_app, run_ok
 from tests.serve_apps import openai_conformance as oc
 from tests.serve_apps.models import RUNTIME_PYTHON

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.harness.local_stack import LocalStack, make_stack, stop_cluster
+from tests.harness.local_stack import LocalStack, make_stack, stop_cluster
 from tests.integration.conftest import deployed_app, run_ok
 from tests.serve_apps.models import tiny_gguf_dir, tiny_t5_path
 

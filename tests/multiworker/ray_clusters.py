@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.harness.local_stack import ROOT
+from tests.harness.local_stack import ROOT
 
 RAY = ROOT / ".cache/venvs/runtime/bin/ray"
 BASES = {"dev": 30000, "prod": 31000}  # base + offsets below: nothing else here uses 30xxx/31xxx, and they lie below

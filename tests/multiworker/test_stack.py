@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness.local_stack import ROOT
+from tests.harness.local_stack import ROOT
 from tests.fixtures.celery_stack import WORKERS, CeleryStack
 
 pytestmark = pytest.mark.timeout(600)

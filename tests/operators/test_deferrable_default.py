@@ -40,10 +40,10 @@ def test_an_explicit_value_wins(build: Any, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_raylift_sets_it_where_it_configures_airflow() -> None:
     """Its own runs keep deferring: tools/airflow_env.sh, docker-compose.yaml and the test stack set it."""
-    from bench.harness.local_stack import ROOT
+    from tests.harness.local_stack import ROOT
 
     assert "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=${AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE:-True}" in (
         ROOT / "tools/airflow_env.sh"
     ).read_text()
     assert 'AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE: "true"' in (ROOT / "docker-compose.yaml").read_text()
-    assert '"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True"' in (ROOT / "bench/harness/local_stack.py").read_text()
+    assert '"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True"' in (ROOT / "tests/harness/local_stack.py").read_text()

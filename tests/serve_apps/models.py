@@ -1,6 +1,6 @@
 """The tiny models the serve-app tests load, generated here on first use and cached under .cache/.
 
-Like ``bench.harness.local_stack.tiny_model_path`` (the tiny Llama): nothing is downloaded; the
+Like ``tests.harness.local_stack.tiny_model_path`` (the tiny Llama): nothing is downloaded; the
 generators run in the runtime environment, which has torch/transformers/gguf.
 """
 
@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from bench.harness.local_stack import ROOT, tiny_model_path
+from tests.harness.local_stack import ROOT, tiny_model_path
 
 RUNTIME_PYTHON = ROOT / ".cache/venvs/runtime/bin/python"
 

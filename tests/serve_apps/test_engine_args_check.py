@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.local_stack import tiny_model_path
+from tests.harness.local_stack import tiny_model_path
 from raylift.errors import RayliftValueError
 
 

@@ -71,7 +71,7 @@ def seen() -> dict:
 
     model = os.environ.get("RAYLIFT_TINY_MODEL")
     if not model:
-        from bench.harness.local_stack import tiny_model_path
+        from tests.harness.local_stack import tiny_model_path
 
         model = str(tiny_model_path())
     proc = run_in_runtime(DRIVER, model)

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from bench.harness.local_stack import tiny_model_path
+from tests.harness.local_stack import tiny_model_path
 from raylift.errors import ModelSourceError
 from raylift.staging.sources import hub_ignore_patterns
 from raylift.targets.local import LocalTarget

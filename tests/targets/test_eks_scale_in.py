@@ -226,7 +226,7 @@ def test_a_scale_in_below_the_groups_min_size_is_refused_before_any_drain(
 def test_the_drain_script_compiles_and_calls_ray_apis_that_exist() -> None:
     """The script the Job runs, against the Ray of the runtime venv (what the images install): its state API call
     takes the arguments used, and ``ray drain-node`` has the options used."""
-    from bench.harness.local_stack import ROOT
+    from tests.harness.local_stack import ROOT
 
     compile(DRAIN_SCRIPT, "drain", "exec")
     python, ray = ROOT / ".cache/venvs/runtime/bin/python", ROOT / ".cache/venvs/runtime/bin/ray"

@@ -17,7 +17,7 @@ clock starts when they get a turn), so throughput stops growing past concurrency
 gives each request's TTFT and ITL their own lognormal factor (median 1, sigma S; ``--seed`` fixes it):
 a known per-request delay distribution for the regression judgement's tests.
 
-Run: ``python bench/stub_server.py --ttft-ms 50 --itl-ms 10``; it prints ``PORT <n>``.
+Run: ``python tests/harness/stub_server.py --ttft-ms 50 --itl-ms 10``; it prints ``PORT <n>``.
 """
 
 from __future__ import annotations
