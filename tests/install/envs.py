@@ -182,9 +182,12 @@ def platform_env(name: str, dist: Dist) -> Env:
             floor_file.write_text(floors(dist.wheel))
             args += ["-c", str(floor_file)]
         if not (prefix / "done").exists():
-            for old in (WORK / "envs").glob(f"{name}-*"):  # earlier wheels' envs of this platform
-                if old.is_dir() and old != prefix:
-                    shutil.rmtree(old, ignore_errors=True)
+            # Earlier wheels' envs of this platform: the newest one is kept (a run of another checkout state may
+            # still use it), older ones go, so a developer's edits do not pile up gigabytes.
+            others = sorted((p for p in (WORK / "envs").glob(f"{name}-*") if p.is_dir() and p != prefix),
+                            key=lambda p: p.stat().st_mtime)
+            for old in others[:-1]:
+                shutil.rmtree(old, ignore_errors=True)
             shutil.rmtree(prefix, ignore_errors=True)
             run([uv(), "venv", "-q", "--seed", "--python", python(platform.python), prefix])
             run([uv(), "pip", "install", "-q", "--python", prefix / "bin" / "python",
