@@ -328,16 +328,25 @@ def scheduler_runs_green(direct: Direct, timeout_s: float = 10) -> str:
     raise AssertionError("raylift created no green services")
 
 
+SERVING: dict[str, Any] = {"applications": {}}  # what the dashboard stand-in lists as Serve's applications
+
+
 @pytest.fixture()
 def green_dashboard() -> Any:
-    """A stand-in for green's Ray dashboard (its version page: what start_cluster waits for) on 127.0.0.1."""
+    """A stand-in for the Ray dashboards on 127.0.0.1: the version page (what start_cluster waits for) and Serve's
+    applications (``SERVING``: whether blue serves an app)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    SERVING["applications"] = {}
+
     class Version(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = b'{"ray_version": "2.60.0"}'
-            self.send_response(200 if self.path == "/api/version" else 404)
+            if self.path.startswith("/api/serve/applications/"):
+                body = json.dumps(SERVING).encode()
+            else:
+                body = b'{"ray_version": "2.60.0"}'
+            self.send_response(200 if self.path == "/api/version" or self.path.startswith("/api/serve/") else 404)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -370,7 +379,15 @@ def test_the_release_steps_carry_a_new_image_out_blue_green_through_the_target_i
         conn | {"extra": conn["extra"] | {"config_kwargs": {"inject_host_prefix": False}}}))
     options = {"roll_out_image": True, "dashboard_port": green_dashboard, "endpoint_drain_s": 0.01}
     t = target(**options)
-    assert t.cluster_change() == f"a new image ({repo}:latest -> {image}, service ray-head)"
+    sd = direct("servicediscovery")
+    head = next(s["Id"] for s in sd.list_services()["Services"] if s["Name"] == "head")
+    sd.register_instance(ServiceId=head, InstanceId="blue-head-task",
+                         Attributes={"AWS_INSTANCE_IPV4": "127.0.0.1"})  # ECS's registration of blue's head task
+    # issue 55: a cluster that serves no app has nothing to protect: not blue/green (this test asserted the
+    # opposite before: a new image on a cluster with no app was planned blue/green)
+    assert t.cluster_change() is None
+    SERVING["applications"] = {"llm": {"deployed_app_config": {"name": "llm", "import_path": "llm:app"}}}
+    assert t.cluster_change() == f"a new image ({repo}:latest -> {image}, service ray-head)"  # blue serves an app
     t.cluster_change_in_place = False  # the scale step of a canary (raylift.release.plan.replaced_in_place)
     t.scale(workers=2)
     assert [c for c in changes(s3_proxy) if c[0] == "RegisterTaskDefinition"] == []  # the image is the release's
@@ -386,7 +403,6 @@ def test_the_release_steps_carry_a_new_image_out_blue_green_through_the_target_i
     pair = t.blue_green_pair()
     assert pair == ("ray-head", "ray-head-green")
 
-    sd = direct("servicediscovery")
     head_green = next(s["Id"] for s in sd.list_services()["Services"] if s["Name"] == "head-green")
     sd.register_instance(ServiceId=head_green, InstanceId="green-head-task",
                          Attributes={"AWS_INSTANCE_IPV4": "127.0.0.1"})  # ECS's registration of green's head task

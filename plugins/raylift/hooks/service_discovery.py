@@ -1,6 +1,8 @@
-"""Cloud Map: find the Ray head task's address (ECS registers it under a private DNS namespace), and, for a
-blue/green release on ECS, hold the user endpoint: one custom instance in a raylift-owned service, re-registered
-with the new head's IP at the switch (RegisterInstance of an existing instance id updates it in place)."""
+"""Cloud Map: find the Ray head task's address (ECS registers it under a private DNS namespace), and hold the user
+endpoint on ECS: one custom instance in a raylift-owned service, registered with the serving head's IP and moved
+with it (RegisterInstance of an existing instance id updates it in place: AWS Cloud Map API Reference,
+RegisterInstance, "If the specified instance ID already exists, AWS Cloud Map updates it"), deregistered at a
+teardown."""
 
 from __future__ import annotations
 
@@ -73,3 +75,34 @@ class CloudMapHook(AwsBaseHook):
         )
         self.log.info("Cloud Map service %s: instance %s now at %s:%d", service_id, instance_id, ip, port)
         return str(reply.get("OperationId", ""))
+
+    def registered_ip(self, namespace: str, service: str, instance_id: str) -> str | None:
+        """The IPv4 the instance ``instance_id`` of ``service`` answers with now (DiscoverInstances), or None when
+        it is not registered. Where a service lists an instance id more than once (moto 5.2's RegisterInstance appends
+        a registration where AWS updates the one it has), the last one: the registration AWS would hold."""
+        from botocore.exceptions import ClientError
+
+        try:
+            reply = self.conn.discover_instances(NamespaceName=namespace, ServiceName=service, HealthStatus="ALL")
+        except ClientError as exc:
+            raise ClusterError(
+                f"Cloud Map lookup of {service!r} in {namespace!r} failed ({exc.response['Error']['Code']}): "
+                "check the target options cloud_map_namespace and endpoint_cloud_map_service."
+            ) from None
+        ips = [(i.get("Attributes") or {}).get("AWS_INSTANCE_IPV4") for i in reply.get("Instances") or []
+               if i.get("InstanceId") == instance_id]
+        return str(ips[-1]) if ips and ips[-1] else None
+
+    def deregister_endpoint(self, service_id: str, instance_id: str) -> bool:
+        """Remove the custom instance ``instance_id`` of ``service_id`` (its DNS record goes with it); False when it
+        was not registered."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.conn.deregister_instance(ServiceId=service_id, InstanceId=instance_id)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "InstanceNotFound":
+                return False
+            raise
+        self.log.info("Cloud Map service %s: instance %s deregistered", service_id, instance_id)
+        return True

@@ -10,6 +10,12 @@ it, ``cluster_change``) needs a second cluster: ``blue_green``, the candidate ju
 serving one and the endpoint switched only when the gate promotes. A canary on the serving cluster would judge the
 old image, and an in-place change of the cluster stops every app on it: ``release: direct`` keeps that (an announced
 outage, said as such).
+
+A cluster that serves no app has nothing to protect: it is never released blue/green. The target answers that, for
+it reads the cluster (this layer sits above the targets): its ``cluster_change`` is None while no Serve app runs
+(EKS: ``EksBlueGreen.cluster_change``; ECS: ``EcsBlueGreen.cluster_change``), so a first deploy is planned as any
+first deploy (direct, below), and the target puts the new image on the cluster in place (ECS: the scale step rolls
+the services to it whatever the ``release``, ``EcsTarget.scale``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 from pydantic import Field, model_validator
 
 from raylift.config import DRAIN_TIMEOUT_S
-from raylift.errors import ClusterError, ClusterNotReadyError, RayliftValueError
+from raylift.errors import ClusterError, ClusterNotReadyError, RayliftError, RayliftValueError
 from raylift.records import Artifact, ClusterExpectation, ClusterState
 from raylift.targets.aws import AwsOptions, AwsTarget, PositiveSeconds
 from raylift.targets.ecs_blue_green import EcsBlueGreen
@@ -47,6 +47,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _KEY_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 UNLEASED = "unleased"  # the rollout record's name when no release lease is held (a scale called by hand)
+
+
+DASHBOARD_CONNECT_TIMEOUT_S = 5.0  # one TCP connect to the head's dashboard port, when a read of it failed
+
+
+class DashboardUnreachableError(RayliftError):
+    """ECS runs the Ray head, but Airflow cannot open a connection to its dashboard: the network (a security group)
+    refuses it. Not a ClusterError, which the ready sensor waits out: waiting does not open a security group."""
 
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -91,6 +99,9 @@ class EcsOptions(AwsOptions):
     scale_timeout_s: PositiveSeconds = 900.0
     scale_poll_interval_s: PositiveSeconds = 10.0
     drain_timeout_s: PositiveSeconds = DRAIN_TIMEOUT_S  # a scale-in's Ray drain: its deadline
+    # how long the ready check lets a running head's dashboard port take no connection before it fails, naming the
+    # security group (Ray's dashboard listens some seconds after the container starts)
+    dashboard_connect_grace_s: float = Field(90.0, ge=0)
 
     @model_validator(mode="after")
     def _finds_the_head(self) -> Self:
@@ -136,6 +147,7 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, RayJobChecks, AwsTarge
         self.scale_timeout_s, self.scale_poll_interval_s = opts.scale_timeout_s, opts.scale_poll_interval_s
         self.drain_timeout_s = opts.drain_timeout_s
         self._submitted_at: float | None = None  # when this task last submitted a Serve config
+        self._unreachable_since: float | None = None  # when the ready check first found the dashboard port closed
 
     # -- which service pair this target drives ---------------------------------------------------------
     def _pair(self) -> tuple[str, str, str]:
@@ -216,9 +228,10 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, RayJobChecks, AwsTarge
             raise RayliftValueError(f"workers must be >= 0 (got {workers}).")
         ecs = self._ecs()
         ecs.service_counts(self.cluster, [self.head_service, self.worker_service])  # both exist, or a clear error
-        # before the counts: tasks started by the scale-up run the new revision; only where the release replaces the
-        # cluster in place (release: direct, an announced outage): otherwise the deploy step releases it blue/green
-        if self.rolls_out_image and self.cluster_change_in_place:
+        # before the counts: tasks started by the scale-up run the new revision; where the release replaces the
+        # cluster in place (release: direct, an announced outage), or where the cluster serves no app (nothing to
+        # protect: a first deploy, after a teardown): otherwise the deploy step releases it blue/green
+        if self.rolls_out_image and (self.cluster_change_in_place or self.serves_nothing()):
             self.roll_out_image()
         ecs.scale_service(self.cluster, self.head_service, 1)
         ecs.scale_service(self.cluster, self.worker_service, workers)
@@ -478,9 +491,36 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, RayJobChecks, AwsTarge
         log.warning("image rollback: %s", message)
         return message
 
+    def serves_nothing(self) -> bool:
+        """Whether the serving pair serves no Serve app (nothing a change of the cluster could interrupt): its head
+        service runs no task, or its head's dashboard lists no app. False when that cannot be told (a running head
+        whose dashboard does not answer): then the release keeps what may serve."""
+        counts = self._ecs().service_counts(self.cluster, [self.head_service])[self.head_service]
+        if counts.desired == 0 and counts.running == 0:
+            log.info("ECS service %s/%s runs no head task: nothing serves", self.cluster, self.head_service)
+            return True
+        try:
+            live = self._live_serve_config()
+        except ClusterError as exc:  # no Cloud Map instance yet, a dashboard that refuses a read
+            log.info("whether the Ray head on ECS %r serves is unknown (%s): treated as serving", self.cluster, exc)
+            return False
+        if live is None:
+            return False
+        return not live.get("applications")
+
     def check_ready(self, want: ClusterExpectation) -> ClusterState:
-        """What Ray reports, or ClusterNotReadyError naming what is missing and how many tasks ECS runs."""
-        state = self.cluster_state()
+        """What Ray reports, or ClusterNotReadyError naming what is missing and how many tasks ECS runs.
+
+        A dashboard that does not answer (no connection: refused or timed out) while ECS runs the head task is
+        ClusterNotReadyError for ``dashboard_connect_grace_s`` (Ray's dashboard starts some seconds after its
+        container), then DashboardUnreachableError naming the security group: not a ClusterError, so the ready
+        sensor fails at once rather than poking until its timeout."""
+        try:
+            state = self.cluster_state()
+        except ClusterError:
+            self._judge_unreachable()
+            raise
+        self._unreachable_since = None
         gaps = state.missing(want)
         if gaps:
             counts = self._ecs().service_counts(self.cluster, [self.head_service, self.worker_service])
@@ -489,8 +529,40 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, RayJobChecks, AwsTarge
                 f"Ray cluster on ECS {self.cluster!r} is missing {', '.join(gaps)} (ECS: {tasks}). "
                 "Workers may still be joining, or the capacity provider has too few GPU instances."
             )
-        self.ensure_endpoint()  # the user endpoint's name answers with this head from the first deploy on
+        self.ensure_endpoint()  # the user endpoint's name answers with the serving head: registered or moved to it
         return state
+
+    def _judge_unreachable(self) -> None:
+        """After a failed dashboard read: DashboardUnreachableError when ECS has run the head task for
+        ``dashboard_connect_grace_s`` and no connection to its dashboard port opens; else nothing (the caller's
+        ClusterError stands: not ready yet)."""
+        try:
+            host = self.head_host()
+        except ClusterError:
+            return  # Cloud Map has no head instance yet: the task is not up
+        counts = self._ecs().service_counts(self.cluster, [self.head_service])[self.head_service]
+        refused = _no_connection(host, self.dashboard_port, DASHBOARD_CONNECT_TIMEOUT_S)
+        if counts.running < 1 or refused is None:
+            self._unreachable_since = None
+            return  # no head task runs yet, or the port answers (a slow or refusing dashboard: not the network)
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        waited = now - self._unreachable_since
+        if waited < self.options.dashboard_connect_grace_s:
+            log.info("ECS runs head %s/%s but %s:%d takes no connection yet (%.0f s of %.0f s)", self.cluster,
+                     self.head_service, host, self.dashboard_port, waited, self.options.dashboard_connect_grace_s)
+            return
+        raise DashboardUnreachableError(
+            f"ECS runs the Ray head task of {self.cluster}/{self.head_service} ({counts.running} running), but no "
+            f"connection to its dashboard {host}:{self.dashboard_port} opens from this Airflow worker ({refused}, "
+            f"for {waited:.0f} s): the head's security group lets only its control-plane security groups reach ports "
+            f"{self.dashboard_port} (dashboard) and 6379 (GCS). Add the Airflow workers' security group to the "
+            "terraform variable airflow_security_group_ids (example stack; module ecs_ray: "
+            "control_plane_security_group_ids) and apply, or run Airflow inside the VPC with a route to the head. "
+            "(A security group drops what it does not allow, so the connection times out; refused means nothing "
+            "listens there: see the head task's logs, or the target option 'dashboard_port'.) Nothing was deployed."
+        )
 
     def billed_nodes(self) -> dict[str, int]:
         """The EC2 instances running the head and worker services' tasks, by instance type: several tasks
@@ -541,9 +613,28 @@ class EcsTarget(EcsBlueGreen, EcsStaging, DrainedScaleIn, RayJobChecks, AwsTarge
         return (self.endpoint or f"http://{self.head_host()}:{self.serve_port}").rstrip("/")
 
     def teardown(self) -> None:
+        """Scale the pair to 0, then take the user endpoint's name off the head that is gone (its Cloud Map instance
+        deregistered): it answers nothing until the next ready check registers the next head."""
         ecs = self._ecs()
         ecs.scale_service(self.cluster, self.worker_service, 0)
         ecs.scale_service(self.cluster, self.head_service, 0)
+        self.drop_endpoint()
+
+
+def _no_connection(host: str, port: int, timeout_s: float) -> str | None:
+    """Why no TCP connection to ``host:port`` opens within ``timeout_s`` ("timed out": a security group drops the
+    packets and nothing answers; "refused": nothing listens there), or None when one opens."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except TimeoutError:
+        return f"connect timed out after {timeout_s:.0f} s"
+    except ConnectionRefusedError:
+        return "connection refused"
+    except OSError as exc:
+        return f"connect failed: {exc.strerror or exc}"
 
 
 def _revision(task_definition_arn: str) -> str:

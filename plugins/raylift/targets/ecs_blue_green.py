@@ -12,7 +12,7 @@ the state store (``_raylift/<cluster>/ecs_blue_green.json``) with the last plan,
 Each pair's head registers in its own Cloud Map service (``cloud_map_service``, ``<cloud_map_service>-green``), and
 each pair's workers join their own head (``RAY_HEAD_ADDRESS``). The user endpoint is a raylift-owned Cloud Map
 service (target option ``endpoint_cloud_map_service``) with one custom instance, re-registered with green's head
-IP at the switch.
+IP at the switch, and with the serving head's at each ready check (``ensure_endpoint``); deregistered at a teardown.
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ class EcsBlueGreen:
         def image_reference(self) -> str: ...
 
         def _pair(self) -> tuple[str, str, str]: ...
+
+        def serves_nothing(self) -> bool: ...
 
     # -- the state store record --------------------------------------------------------------------
     def _blue_green_key(self) -> str:
@@ -360,30 +362,43 @@ class EcsBlueGreen:
             ecs.delete_service(self.cluster, service)
 
     def ensure_endpoint(self) -> None:
-        """Register the serving head in the user endpoint's Cloud Map service (``endpoint_cloud_map_service``) when
-        the name answers nothing yet: users reach the endpoint by that name from the first deploy, so a later switch
-        moves them. Nothing without the option, or once the name answers."""
+        """Point the user endpoint's Cloud Map instance (``endpoint_cloud_map_service``) at the serving head's task
+        IP: registered on the first ready check, moved when the head is another task since (a scale-up after a
+        teardown, an in-place image rollout, ECS replacing a head that died), left alone when it answers with it
+        already. Nothing without the option. Called by every ready check (``check_ready``), so the endpoint follows
+        the head from one run to the next; a head ECS replaces between runs is followed at the next run's check."""
+        from raylift.hooks.service_discovery import CloudMapHook
+
+        endpoint = self.options.endpoint_cloud_map_service
+        if not endpoint or not self.cloud_map_namespace:
+            return
+        head, _ = self.active_pair()
+        ips = sorted(ip for found in self._ecs().service_task_ips(self.cluster, head).values() for ip in found)
+        if len(ips) != 1:
+            log.warning("head service %s runs %d task IP(s) %s: the endpoint %s.%s is left as it is", head, len(ips),
+                        ips, endpoint, self.cloud_map_namespace)
+            return
+        cloud_map = CloudMapHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
+        was = cloud_map.registered_ip(self.cloud_map_namespace, endpoint, ENDPOINT_INSTANCE)
+        if was == ips[0]:
+            return
+        service_id, _ = cloud_map.service_ids(self.cloud_map_namespace, endpoint)
+        cloud_map.register_endpoint(service_id, ENDPOINT_INSTANCE, ips[0], self.serve_port)
+        log.warning("the endpoint %s.%s now answers with the serving head %s (%s:%d; was %s)", endpoint,
+                    self.cloud_map_namespace, head, ips[0], self.serve_port, was or "unregistered")
+
+    def drop_endpoint(self) -> None:
+        """Deregister the user endpoint's instance (a teardown): its name answers nothing rather than a head that is
+        gone, until the next ready check registers the next one. Nothing without ``endpoint_cloud_map_service``."""
         from raylift.hooks.service_discovery import CloudMapHook
 
         endpoint = self.options.endpoint_cloud_map_service
         if not endpoint or not self.cloud_map_namespace:
             return
         cloud_map = CloudMapHook(aws_conn_id=self.aws.aws_conn_id, region_name=self.aws.region_name)
-        try:
-            cloud_map.discover_host(self.cloud_map_namespace, endpoint)
-            return
-        except ClusterError:
-            pass  # no instance yet
-        head, _ = self.active_pair()
-        ips = sorted(ip for found in self._ecs().service_task_ips(self.cluster, head).values() for ip in found)
-        if len(ips) != 1:
-            log.warning("the endpoint %s.%s answers nothing and head service %s runs %d task IP(s): not registered",
-                        endpoint, self.cloud_map_namespace, head, len(ips))
-            return
         service_id, _ = cloud_map.service_ids(self.cloud_map_namespace, endpoint)
-        cloud_map.register_endpoint(service_id, ENDPOINT_INSTANCE, ips[0], self.serve_port)
-        log.info("the endpoint %s.%s now answers with the serving head %s (%s:%d)", endpoint,
-                 self.cloud_map_namespace, head, ips[0], self.serve_port)
+        if cloud_map.deregister_endpoint(service_id, ENDPOINT_INSTANCE):
+            log.warning("the endpoint %s.%s deregistered: its head was torn down", endpoint, self.cloud_map_namespace)
 
     # -- the release's interface (raylift.targets.base: cluster_change ... remove_cluster) -------------------------
     def cluster_change(self) -> str | None:
@@ -400,6 +415,10 @@ class EcsBlueGreen:
             images = [str(c.get("image")) for c in ecs.task_definition(arn).get("containerDefinitions") or []
                       if image_repository(str(c.get("image", ""))) == repo]
             if images and ref not in images:
+                if self.serves_nothing():  # nothing to protect: never blue/green (raylift.release.plan)
+                    log.warning("ECS %r serves no app: the new image (%s -> %s) is not released blue/green; the scale "
+                                "step rolls it in place", self.cluster, images[0], ref)
+                    return None
                 return f"a new image ({images[0]} -> {ref}, service {service})"
         return None
 

@@ -33,6 +33,7 @@ module "ray" {
   model_store_uri          = "s3://${module.model_bucket.bucket_name}/models"
   control_plane_security_group_ids = var.airflow_security_group_ids
   staging_image                    = var.staging_image
+  staging_hf_token_secret_arn      = var.staging_hf_token_secret_arn
 }
 
 module "airflow_iam" {

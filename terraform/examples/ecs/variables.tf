@@ -62,13 +62,19 @@ variable "airflow_existing_role_names" {
 }
 
 variable "airflow_security_group_ids" {
-  description = "Security groups of the Airflow workers and triggerer: only they (and the Ray nodes) reach the Ray dashboard and GCS."
+  description = "Security groups of the Airflow workers and triggerer: only they (and the Ray nodes) reach the Ray dashboard (8265) and GCS (6379). Empty: Airflow cannot reach the head, and raylift's ready check fails naming this variable."
   type        = list(string)
   default     = []
 }
 
 variable "staging_image" {
   description = "Image of the model staging task (the raylift Airflow image, images/airflow, pushed to ECR): raylift stages models in an ECS task beside the cluster instead of on the Airflow worker. null: no staging task; set the target option staging to in_worker."
+  type        = string
+  default     = null
+}
+
+variable "staging_hf_token_secret_arn" {
+  description = "Secrets Manager secret (ARN) with a Hugging Face read token, given to the staging task as HF_TOKEN: gated models (the quick start's Llama 3.1). null: none."
   type        = string
   default     = null
 }

@@ -136,8 +136,8 @@ data "aws_iam_policy_document" "airflow" {
   dynamic "statement" {
     for_each = local.has_ecs ? [1] : []
     content {
-      sid       = "MoveTheEndpoint" # the endpoint's one instance, re-registered with the new head's IP at the switch
-      actions   = ["servicediscovery:RegisterInstance"]
+      sid       = "MoveTheEndpoint" # the endpoint's one instance: moved to the serving head's IP, removed at a teardown
+      actions   = ["servicediscovery:RegisterInstance", "servicediscovery:DeregisterInstance"]
       resources = var.cloudmap_service_arns
     }
   }
