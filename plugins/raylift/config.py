@@ -418,6 +418,39 @@ def redeploy_clusters() -> list[str | None]:
     return list(dict.fromkeys(v.strip() if isinstance(v, str) else None for v in value))
 
 
+# Where a run's Params may put a model store (``target_options.model_store`` on local/ray without a cluster
+# connection): folders and s3:// prefixes set on the worker by whoever runs Airflow, a JSON list or an os.pathsep list
+# (an ``s3://`` entry keeps its ``://``). A store is allowed under one of these roots, or as the target's default
+# (RAYLIFT_HOME's model-store); never inside Airflow's DAGs or plugins folder (raylift.hooks.raylift_cluster).
+ALLOWED_MODEL_STORES_ENV = "RAYLIFT_ALLOWED_MODEL_STORES"
+
+
+def allowed_model_stores() -> list[str]:
+    """The roots of ``RAYLIFT_ALLOWED_MODEL_STORES`` (unset or empty: none), each an absolute folder or an
+    ``s3://`` prefix; anything else is refused naming the setting."""
+    import re
+
+    raw = os.environ.get(ALLOWED_MODEL_STORES_ENV, "").strip()
+    if not raw:
+        return []
+    if raw.startswith("["):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+    else:  # "/srv/models:s3://bucket/prefix": split at the separator, never at an s3:// scheme's colon
+        value = re.split(rf"{re.escape(os.pathsep)}(?!//)", raw)
+    roots = [v.strip() for v in value if isinstance(v, str) and v.strip()] if isinstance(value, list) else None
+    if roots is None or not all(r.startswith("s3://") or os.path.isabs(r.removeprefix("file://")) for r in roots):
+        from raylift.errors import RayliftValueError
+
+        raise RayliftValueError(
+            f"{ALLOWED_MODEL_STORES_ENV}={raw!r} must list absolute folders and s3:// prefixes, as a JSON list "
+            f"('[\"/srv/raylift/models\", \"s3://models-dev/raylift\"]') or separated by {os.pathsep!r}."
+        )
+    return roots
+
+
 # The benchmark's concurrency levels (the concurrency Param): each level is a full round of requests, so 10,000
 # of them would hold the cluster's lease for days; 16 levels up to 256 streams cover a sweep of 1..256 by x1.5.
 MAX_CONCURRENCY_LEVELS = 16

@@ -53,6 +53,12 @@ CLUSTER_CONN_FIELDS: dict[str, Any] = {
     "region_name": {"label": "AWS region", "description": "ecs/eks: the cluster's region", "schema": _TEXT},
     "aws_conn_id": {"label": "AWS connection", "description": "the AWS connection for this cluster's APIs and store",
                     "schema": _TEXT},
+    "allow_remote_code": {
+        "label": "Allow a model's own code",
+        "description": "whether runs on this cluster may set engine_args that run a model repo's code "
+                       "(trust_remote_code, worker_extension_cls...); a run without a connection never may",
+        "schema": {"type": "boolean", "default": False},
+    },
     "redeploy": {
         "label": "Scheduled redeploys",
         "description": "raylift_redeploy re-runs this cluster's last good deploy on its schedule and on staged models",

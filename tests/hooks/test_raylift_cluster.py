@@ -147,6 +147,7 @@ def test_cluster_identity_keys_release_state(tmp_path: Any, monkeypatch: pytest.
     from raylift.operators.redeploy import LastGoodConfOperator
 
     store = str(tmp_path / "store")
+    monkeypatch.setenv("RAYLIFT_ALLOWED_MODEL_STORES", store)  # the connection-less run's Params name it (issue 57)
     add_connection(monkeypatch, "dev", kind="ray", dashboard_url="http://127.0.0.1:18265",
                    serve_url="http://127.0.0.1:18000", model_store=store)
     add_connection(monkeypatch, "prod", kind="ray", dashboard_url="http://127.0.0.1:28265",

@@ -82,7 +82,9 @@ def test_the_deploy_reads_each_new_replica_by_phase_and_keeps_it_for_the_report(
     assert any("lines=" in p and "suffix=err" in p for p in dashboard)  # the log API, as Ray's CLI asks it
     assert "cold start of app 'llm', replica kwg6xu5b: total 40.344 s" in capsys.readouterr().out  # the task log
     # kept in the run's folder, where the benchmark report finds it
-    stored = op.state_for(APP).store.read_json("_raylift/runs/manual__cold/cold_start.json")
+    from raylift.release.state import run_file
+
+    stored = op.state_for(APP).store.read_json(run_file("manual__cold", "cold_start"))
     assert stored == cold
 
 

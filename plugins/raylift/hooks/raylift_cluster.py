@@ -8,6 +8,8 @@ own server. So the connection holds, together, how to reach the cluster and its 
 * the target's own options as ``extra`` keys: ``dashboard_url`` and ``serve_url`` (``ray``), ``cluster_name``,
   ``cloud_map_namespace``, ``region_name``, ``bucket``... (``ecs``/``eks``), ``model_store`` (its state store);
 * ``extra.redeploy``: whether scheduled and asset-triggered redeploys run for this cluster (default false);
+* ``extra.allow_remote_code``: whether runs on it may set engine args that run a model repo's own code
+  (``trust_remote_code`` ...; default false; ``raylift.targets.base.REMOTE_CODE_ENGINE_ARGS``);
 * the **password**: the cluster's Ray token (``RAY_AUTH_TOKEN`` on the cluster's side).
 
 The connection's form fields are declared in ``raylift.provider`` (Airflow's ``conn-fields``); the Airflow UI's
@@ -23,6 +25,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,7 +38,7 @@ from raylift.secrets import SECRET_NAME, clean_field, mask
 CONN_TYPE = "raylift_cluster"
 KINDS = ("local", "ray", "ecs", "eks")
 # extras that are the connection's own, not target options
-CONTROL_KEYS = ("kind", "redeploy")
+CONTROL_KEYS = ("kind", "redeploy", "allow_remote_code")
 # target options that say where the cluster is (and so where its token goes): a run's Params never set these
 # when a connection names the cluster
 REACH_KEYS = frozenset({
@@ -88,6 +91,72 @@ def check_store_uri(value: Any, *, where: str) -> None:
         )
 
 
+def store_location(value: str) -> str:
+    """One spelling of where a model store is, for comparing it: ``s3://bucket/prefix`` without repeated or trailing
+    ``/``; else the local folder as ``raylift.store.LocalStore`` opens it (``file://`` dropped, ``~`` expanded,
+    symlinks resolved)."""
+    if value.startswith("s3://"):
+        return "s3://" + re.sub(r"/{2,}", "/", value[len("s3://"):]).strip("/")
+    return str(Path(value.removeprefix("file://")).expanduser().resolve())
+
+
+def _within(inner: str, outer: str) -> bool:
+    """Whether ``inner`` is ``outer`` or lies under it (path segments, never a string prefix: /a/bc is not in /a/b)."""
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def airflow_code_folders() -> dict[str, str]:
+    """The folders Airflow imports code from on this worker: ``[core] dags_folder`` and ``plugins_folder`` (as
+    ``store_location`` spells them), by setting name."""
+    from airflow.providers.common.compat.sdk import conf
+
+    folders: dict[str, str] = {}
+    for key in ("dags_folder", "plugins_folder"):
+        try:
+            value = conf.get("core", key, fallback=None)
+        except Exception:  # noqa: BLE001 - a setting Airflow cannot read names no folder to keep out of
+            value = None
+        if value and str(value).strip():
+            folders[f"[core] {key}"] = store_location(str(value).strip())
+    return folders
+
+
+def check_model_store(value: str | None, *, where: str, from_params: bool, default: str | None = None) -> None:
+    """Refuse a model store raylift must not write to, before anything is written.
+
+    Never inside Airflow's DAGs or plugins folder, nor holding one (a staged hub or S3 repo's ``*.py`` files would
+    land where Airflow imports code), whoever named it. One from a run's Params (``from_params``) must also be the
+    target's ``default`` store or lie under a root of ``RAYLIFT_ALLOWED_MODEL_STORES``: where raylift writes is
+    decided by whoever runs Airflow (the worker's settings) or edits connections, not by whoever may trigger."""
+    from raylift.config import ALLOWED_MODEL_STORES_ENV, allowed_model_stores
+
+    if not isinstance(value, str) or not value:
+        return
+    here = store_location(value)
+    if not here.startswith("s3://"):
+        for setting, folder in airflow_code_folders().items():
+            if _within(here, folder) or _within(folder, here):
+                how = "lies inside" if _within(here, folder) else "holds"
+                raise RayliftValueError(
+                    f"{where}model_store {value!r} ({here}) {how} Airflow's {setting} {folder}: a staged model's "
+                    "files (a hub or S3 repo's *.py among them) would land where Airflow imports code. Give a "
+                    "folder outside Airflow's DAGs and plugins folders. Nothing was written."
+                )
+    if not from_params or (default is not None and here == store_location(default)):
+        return
+    roots = allowed_model_stores()
+    if any(_within(here, store_location(root)) for root in roots):
+        return
+    raise RayliftValueError(
+        f"{where}model_store {value!r} came from this run's Params, and where raylift writes is not the trigger's "
+        f"choice: it is neither this target's default store ({default}) nor under a root of "
+        f"{ALLOWED_MODEL_STORES_ENV} ({', '.join(roots) if roots else 'unset on this worker'}). Leave model_store "
+        "out, name a raylift_cluster connection whose model_store it is (the cluster_conn_id Param), or ask "
+        f"whoever runs Airflow to add a root holding it to {ALLOWED_MODEL_STORES_ENV} on the workers. Nothing was "
+        "written."
+    )
+
+
 def location(kind: str, options: dict[str, Any]) -> tuple[str, ...] | None:
     """Where a cluster of ``kind`` with ``options`` is, in one spelling (None: not known from the options alone,
     or ``local``, this worker's own cluster). Two connections with one location point at one cluster."""
@@ -113,6 +182,8 @@ class ClusterConnection:
     options: dict[str, Any]
     redeploy: bool = False
     token: str | None = field(default=None, repr=False)
+    #: whether a run on this cluster may set engine args that run a model repo's own code (``trust_remote_code``...)
+    allow_remote_code: bool = False
 
     @property
     def location(self) -> tuple[str, ...] | None:
@@ -170,15 +241,18 @@ def parse_connection(conn_id: str, conn: Any) -> ClusterConnection:
         raise ClusterConnectionError(
             f"Airflow connection {conn_id!r} has kind {kind!r}: set its extra 'kind' to one of {list(KINDS)}."
         )
-    redeploy = extras.pop("redeploy", False)
-    try:  # strictly: "maybe" is refused, never read as false
-        redeploy = strict_flag(redeploy, f"Airflow connection {conn_id!r}: extra 'redeploy'", False)
-    except RayliftValueError:
-        raise ClusterConnectionError(
-            f"Airflow connection {conn_id!r}: extra 'redeploy' must be true or false (got {redeploy!r})."
-        ) from None
+    flags: dict[str, bool] = {}
+    for name in ("redeploy", "allow_remote_code"):
+        value = extras.pop(name, False)
+        try:  # strictly: "maybe" is refused, never read as false
+            flags[name] = strict_flag(value, f"Airflow connection {conn_id!r}: extra {name!r}", False)
+        except RayliftValueError:
+            raise ClusterConnectionError(
+                f"Airflow connection {conn_id!r}: extra {name!r} must be true or false (got {value!r})."
+            ) from None
     check_store_uri(extras.get("model_store"), where=f"{where}: its extra ")
-    return ClusterConnection(conn_id=conn_id, kind=str(kind), options=extras, redeploy=redeploy, token=token)
+    return ClusterConnection(conn_id=conn_id, kind=str(kind), options=extras, redeploy=flags["redeploy"],
+                             token=token, allow_remote_code=flags["allow_remote_code"])
 
 
 def _env_connection_ids() -> list[str]:

@@ -92,7 +92,11 @@ def gather(state: DeploymentState, run_id: str, deployed: Mapping[str, Any], set
     # regression_baseline 'none', explicitly: the only way a new anchor starts outside a first deploy
     # (raylift.release.decide, rule 0), and the record names who asked
     new_anchor_by = asked_by if settings["regression_baseline"] == "none" else None
-    unchanged = not canary and same_app_config(state.last_good(), serve_config, app_name)
+    # a direct release that changed the cluster under an unchanged app entry (ECS/EKS roll a new image or
+    # rayClusterConfig in place with release: direct; the deploy step's ``cluster_change``) is a release like any
+    # other: judged against the anchor, never waved through as a redeploy
+    unchanged = (not canary and not deployed.get("cluster_change")
+                 and same_app_config(state.last_good(), serve_config, app_name))
     links: tuple[float, ...] = ()
     baseline: dict[str, Any] | None
     if canary and skipped:

@@ -38,6 +38,17 @@ def get_target(name: str, *, cluster_connection: ClusterConnection | None = None
     return target
 
 
+# the targets whose ``model_store`` option is a folder or s3:// prefix (ecs/eks name a bucket and prefix instead)
+STORE_TARGETS = ("local", "ray")
+
+
+def _default_store() -> str:
+    """The ``local``/``ray`` targets' default model store (RAYLIFT_HOME's), which a run may always name."""
+    from raylift.config import local_settings
+
+    return str(local_settings().model_store)
+
+
 def _current_dag_id() -> str | None:
     try:
         from airflow.sdk import get_current_context
@@ -73,7 +84,9 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
     options, never re-point it (a token goes only to its own connection's hosts). Without one, the ``target``
     Param and ``target_options`` as given (``local``: zero configuration).
 
-    Before anything is sent: a relative ``model_store`` is refused; a connection named by ``hf_conn_id`` /
+    Before anything is sent or written: a relative ``model_store`` is refused, as is one inside (or holding)
+    Airflow's DAGs or plugins folder, and a Params-only run's must be the default or under an allowed root
+    (``check_model_store``); a connection named by ``hf_conn_id`` /
     ``aws_conn_id`` must be a hub-token / AWS one; ``cluster_conn_id`` must be allowed for ``dag_id`` (default: the
     running task's DAG) by the ``raylift_allowed_cluster_conns`` Variable, and the only connection pointing at its
     cluster; a Params-only run may not point at a cluster a connection owns."""
@@ -81,6 +94,7 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
         REACH_KEYS,
         RayliftClusterHook,
         check_allowed,
+        check_model_store,
         check_sole_owner,
         check_store_uri,
         check_unowned,
@@ -90,11 +104,16 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
     check_store_uri(options.get("model_store"), where="target_options.")
     _check_named_connections(options)
     if not cluster_conn_id:
+        if target in STORE_TARGETS:
+            check_model_store(options.get("model_store"), where="target_options.", from_params=True,
+                              default=_default_store())
         check_unowned(target, options)
         return get_target(target, **options)
     check_allowed(cluster_conn_id, dag_id or _current_dag_id())
     cluster = RayliftClusterHook(cluster_conn_id).cluster()
     check_sole_owner(cluster)
+    check_model_store(cluster.options.get("model_store"), where=f"Airflow connection {cluster_conn_id!r}: its extra ",
+                      from_params=False)
     _check_named_connections(cluster.options)
     if target not in ("local", cluster.kind):
         raise RayliftValueError(

@@ -54,6 +54,17 @@ class ServeSchemaChecker(Protocol):
         ...
 
 
+# Engine args that make vLLM or transformers run code a run chose, each with the values that do not: a model repo's
+# own modules (trust_remote_code: its config's auto_map), or classes imported by the path given (the worker class,
+# its extension, logits processors). Refused unless the cluster's connection allows remote code.
+REMOTE_CODE_ENGINE_ARGS: dict[str, tuple[Any, ...]] = {
+    "trust_remote_code": (False, None, 0, "", "false", "False", "0", "no", "off"),
+    "worker_cls": (None, "", "auto"),
+    "worker_extension_cls": (None, ""),
+    "logits_processors": (None, [], ""),
+}
+
+
 class Target(ABC):
     """A place raylift deploys to. Subclasses register themselves by ``name``."""
 
@@ -255,6 +266,29 @@ class Target(ABC):
         """Make sure the cluster's runtime can import ``module``, which only the ``app_kind`` app needs.
         The images built for AWS targets carry every app's packages, so nothing to do here."""
 
+    def check_remote_code(self, engine_args: Mapping[str, Any]) -> None:
+        """Refuse, before anything runs or is applied, engine args that make vLLM or transformers run code the run
+        chose (a model repo's own ``*.py``, or a class named by import path: ``REMOTE_CODE_ENGINE_ARGS``) unless
+        the cluster's connection allows it (its extra ``allow_remote_code``). A Params-only run has no connection,
+        so it never may: trigger rights are not code-execution rights."""
+        from raylift.errors import RayliftValueError
+
+        asked = sorted(name for name, off in REMOTE_CODE_ENGINE_ARGS.items()
+                       if name in engine_args and engine_args[name] not in off)
+        if not asked or self.allow_remote_code:
+            return
+        where = (f"connection {self.cluster_conn_id!r} does not allow it: set its extra allow_remote_code to true "
+                 "(whoever may edit connections decides)" if self.cluster_conn_id else
+                 "this run names no cluster connection (cluster_conn_id), and only a connection with its extra "
+                 "allow_remote_code set to true allows it")
+        raise RayliftValueError(
+            f"engine_args.{asked[0]} {engine_args[asked[0]]!r}"
+            + (f" (and {', '.join(asked[1:])})" if asked[1:] else "")
+            + f" would run code this run chose (a model repo's own code, or a class named by import path) on the "
+            f"engine-args check and on every replica, and {where}. Remove it, or deploy through a cluster_conn_id "
+            "whose connection allows remote code. Nothing was applied."
+        )
+
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
                              working_dir: str | None = None) -> None:
         """Refuse engine args vLLM would reject, before deploying (``working_dir``: the app's package, for a
@@ -263,6 +297,7 @@ class Target(ABC):
         DEPLOY_FAILED and the deploy rolls back (tests/images/test_image_vllm_options.py checks the profiles')."""
         import logging
 
+        self.check_remote_code(engine_args)
         logging.getLogger(__name__).warning(
             "engine_args %s are not checked before the deploy on target %r: the image's vLLM parses them when the "
             "replica starts, and an option it refuses fails the deploy there (DEPLOY_FAILED, rolled back).",
@@ -286,6 +321,8 @@ class Target(ABC):
     #: names the cluster (the zero-configuration ``local``, or options given as Params)
     cluster_identity: str | None = None
     cluster_conn_id: str | None = None
+    #: the connection's ``allow_remote_code`` (``check_remote_code``); never true without a connection
+    allow_remote_code: bool = False
     #: the writer lease a release holds over several tasks (``raylift.operators.lease``); the Serve-config writes
     #: of this target are fenced by it instead of taking a lease of their own
     held_lease: Lease | None = None
@@ -309,6 +346,7 @@ class Target(ABC):
         """This target drives the cluster ``cluster`` names: its identity keys state; its token is its own."""
         self.cluster_identity = cluster.identity
         self.cluster_conn_id = cluster.conn_id
+        self.allow_remote_code = bool(getattr(cluster, "allow_remote_code", False))
 
     def check_credentials(self) -> None:
         """Refuse, before anything is sent, a target whose credential would reach a host it does not belong to."""

@@ -307,8 +307,11 @@ class LocalTarget(DashboardServeControl, Target):
         hash of what decides it (the args, the model's config files, the installed vLLM and the check's
         own code) under ``<RAYLIFT_CHECK_CACHE>/engine-args`` (``~/.cache/raylift/checks``, shared by every
         home on this machine): a deploy of a model and args this machine already checked skips it.
-        Refusals are not kept (they come back in seconds and name the field)."""
+        Refusals are not kept (they come back in seconds and name the field). Args that run a model's own code
+        are refused first unless the cluster's connection allows them (``check_remote_code``)."""
         import hashlib
+
+        self.check_remote_code(engine_args)
         from pathlib import Path
 
         apps = repo_root() / SERVE_APPS_DIR_NAME

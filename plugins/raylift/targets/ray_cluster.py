@@ -177,7 +177,9 @@ class RayClusterTarget(RayJobChecks, LocalTarget):
     def validate_engine_args(self, model_path: str, engine_args: dict[str, Any], *,
                              working_dir: str | None = None) -> None:
         """vLLM on the cluster checks ``engine_args`` for the model (``llm.check_args`` as a Ray job, in the app's
-        package), so what the cluster's vLLM refuses fails the task in seconds, naming the field."""
+        package), so what the cluster's vLLM refuses fails the task in seconds, naming the field. Args that run
+        a model's own code are refused first unless the cluster's connection allows them (``check_remote_code``)."""
+        self.check_remote_code(engine_args)
         if not working_dir:
             raise RayliftValueError("the engine-args check on a ray cluster needs the app's runtime_env.working_dir.")
         entrypoint = shlex.join(["python", "-m", "llm.check_args", model_path, json.dumps(engine_args)])
