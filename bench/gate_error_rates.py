@@ -407,8 +407,8 @@ def validate(m: Machine, gate: Gate, trials: int, budget_s: float) -> dict[str, 
     judged and decided as above; verdicts per row, to set beside the virtual ones (no drift here)."""
     from contextlib import ExitStack
 
-    from tests.harness.stub_server import running_stub
     from raylift.measure.runner import Arm, run_side_by_side
+    from tests.harness.stub_server import running_stub
 
     t0 = time.monotonic()
     out: dict[str, Any] = {}

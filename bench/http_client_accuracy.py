@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from tests.harness.stub_server import running_stub  # noqa: E402
 from raylift.measure.loadgen import LoadGenerator  # noqa: E402
 from raylift.measure.metrics import distribution  # noqa: E402
 from raylift.measure.profiles import RequestProfile, generate_requests  # noqa: E402
+from tests.harness.stub_server import running_stub  # noqa: E402
 
 INJECTED = {"ttft_ms": 200.0, "itl_ms": 40.0}
 OUTPUT_TOKENS = 24

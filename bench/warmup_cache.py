@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
-from tests.harness.local_stack import tiny_model_path  # noqa: E402
 from raylift.serve.cold_start import parse_engine_log  # noqa: E402
+from tests.harness.local_stack import tiny_model_path  # noqa: E402
 
 RUNTIME_PYTHON = ROOT / ".cache/venvs/runtime/bin/python"
 RESULTS = ROOT / "bench/results/warmup_cache.json"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness.moto_server import aws_env, moto_server, reset
 from tests import tier_guard
+from tests.harness.moto_server import aws_env, moto_server, reset
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -43,9 +43,9 @@ from typing import Any
 
 import pytest
 
-from tests.harness.local_stack import ROOT
 from raylift.measure.runner import run_benchmark
 from tests.bench.priority import raise_priority, raised_priority
+from tests.harness.local_stack import ROOT
 from tests.serve_apps.models import RUNTIME_PYTHON
 
 # Long delays: a client's own costs are a few ms (vLLM's client starts its clock before aiohttp builds

@@ -30,7 +30,6 @@ from typing import Any
 
 from scipy import stats
 
-from tests.harness.stub_server import running_stub
 from raylift.config import (
     DEFAULT_MAX_REGRESSION,
     DEFAULT_REGRESSION_CONFIDENCE,
@@ -41,6 +40,7 @@ from raylift.measure.judgement import judge
 from raylift.measure.runner import arun_benchmark, run_benchmark
 from raylift.release.gates import assess
 from tests.bench.priority import raised_priority
+from tests.harness.stub_server import running_stub
 
 ROUNDS = 48
 # delays long against a busy machine's stalls: "regressed" needs the whole interval beyond +10 %, which two

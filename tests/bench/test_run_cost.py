@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness.local_stack import ROOT
 from raylift.errors import BenchmarkError
 from raylift.measure.cost import format_cost, run_cost
 from raylift.measure.report import cost_html, write_report
 from tests.bench.test_cost_gates_report import _level, _result
 from tests.fixtures.browser import headless_chromium
+from tests.harness.local_stack import ROOT
 
 PRICES = json.loads((ROOT / "plugins/raylift/data/prices.json").read_text())["regions"]  # the table itself
 SCREENSHOT = ROOT / "var/test-artifacts/report-cost.png"

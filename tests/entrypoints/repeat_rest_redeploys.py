@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.harness.local_stack import ROOT, tiny_model_path
 from tests.fixtures.airflow_server import running_airflow
+from tests.harness.local_stack import ROOT, tiny_model_path
 
 PORT_BASE = 34000
 RUN_TIMEOUT_S = 900

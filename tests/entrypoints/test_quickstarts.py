@@ -76,11 +76,11 @@ import boto3
 import httpx
 import pytest
 
-from tests.harness.local_stack import CONTROL_BIN
-from tests.harness.moto_server import aws_env, reset
 from tests.aws.moto_resources import tf_outputs
 from tests.aws.test_docs_confs import eks_node_groups
 from tests.fixtures.airflow_server import AirflowServer, running_airflow
+from tests.harness.local_stack import CONTROL_BIN
+from tests.harness.moto_server import aws_env, reset
 
 pytestmark = pytest.mark.integration
 

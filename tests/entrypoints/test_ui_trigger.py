@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.local_stack import ROOT
 from raylift.dag_params import SECTIONS
 from tests.entrypoints.conftest import deploy_conf
 from tests.fixtures.airflow_server import USERNAME, AirflowServer
 from tests.fixtures.browser import headless_chromium
+from tests.harness.local_stack import ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness.local_stack import ROOT
 from raylift.hooks.ray_drain import RayDrainHook, removal_order
 from raylift.targets.scale_in import request_drain
 from raylift.triggers.drain import RayNodesDrainedTrigger
+from tests.harness.local_stack import ROOT
 
 RAY = ROOT / ".cache/venvs/runtime/bin/ray"
 # Ports of this test's nodes: 22xxx, a block no other test or local stack uses (the multi-worker heads take

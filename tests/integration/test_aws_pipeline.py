@@ -38,10 +38,10 @@ import pytest
 import yaml
 from botocore.config import Config
 
-from tests.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
-from tests.harness.moto_server import aws_env, reset
 from tests.aws.moto_resources import tool_target_options
 from tests.fixtures.kube_api import KubeApiStandIn, RayOperator, kube_api_standin
+from tests.harness.local_stack import ROOT, LocalStack, make_stack, stop_cluster, tiny_model_path
+from tests.harness.moto_server import aws_env, reset
 from tests.integration.conftest import PlainVllm
 from tests.serve_apps import openai_conformance as oc
 

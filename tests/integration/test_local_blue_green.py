@@ -23,9 +23,9 @@ import httpx
 import psutil
 import pytest
 
+from tests.fixtures.runtimes import runtime_with_moved_pin
 from tests.harness.background_load import BackgroundLoad
 from tests.harness.local_stack import LocalStack, make_stack, stop_cluster, tiny_model_path
-from tests.fixtures.runtimes import runtime_with_moved_pin
 from tests.serve_apps.models import RUNTIME_PYTHON
 
 pytestmark = pytest.mark.integration

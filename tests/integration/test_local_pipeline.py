@@ -39,9 +39,9 @@ import psutil
 import pytest
 from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
+from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
 from tests.harness.background_load import BackgroundLoad
 from tests.harness.local_stack import LocalStack, make_stack, stop_cluster, tiny_model_path
-from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
 from tests.serve_apps.models import RUNTIME_PYTHON
 
 pytestmark = pytest.mark.integration

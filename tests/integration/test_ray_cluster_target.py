@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness.local_stack import LocalStack, make_stack, tiny_model_path
 from raylift.errors import RayliftValueError
 from raylift.targets import get_target
+from tests.harness.local_stack import LocalStack, make_stack, tiny_model_path
 
 pytestmark = pytest.mark.integration
 

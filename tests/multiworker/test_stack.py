@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness.local_stack import ROOT
 from tests.fixtures.celery_stack import WORKERS, CeleryStack
+from tests.harness.local_stack import ROOT
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.local_stack import tiny_model_path
 from raylift.errors import RayliftValueError
+from tests.harness.local_stack import tiny_model_path
 
 
 def test_an_accepted_check_is_kept_and_anything_that_changes_it_runs_it_again(

@@ -14,11 +14,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.harness.local_stack import tiny_model_path
 from raylift.errors import ModelSourceError
 from raylift.staging.sources import hub_ignore_patterns
 from raylift.targets.local import LocalTarget
 from tests.fixtures.http_standin import JsonHandler, serve_http
+from tests.harness.local_stack import tiny_model_path
 
 TOKEN = "hf_standin_secret_token"
 SHA = "0123456789abcdef0123456789abcdef01234567"
