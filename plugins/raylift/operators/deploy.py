@@ -176,6 +176,8 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
             runs_on.ensure_app_runtime(kind.runtime_module, kind.name)
             steps.lap("app_runtime_check_s")
         if kind.vllm:  # by the vLLM of the cluster the candidate runs on
+            # a model's own code only where the connection allows it, whichever of the app's args asks for it
+            runs_on.check_remote_code({**(app["args"].get("frontend_args") or {}), **app["args"]["engine_args"]})
             runs_on.validate_engine_args(app["args"]["model"], app["args"]["engine_args"],
                                          working_dir=(app.get("runtime_env") or {}).get("working_dir"))
             steps.lap("engine_args_check_s")
@@ -194,6 +196,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
             started = start_direct(target, state, run_id, app, current, name, defaults=defaults, surge=self.surge,
                                    dark=dark, log=self.log)
         ti = context["ti"]
+        ti.xcom_push(key="cluster_change", value=change)  # a direct cluster change is judged (release.evidence)
         ti.xcom_push(key="deploy_steps", value=steps.submitted("serve_write_s"))
         ti.xcom_push(key="serve_config", value=started.config)
         ti.xcom_push(key="release", value=started.kind)
@@ -221,7 +224,8 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         running_at = datetime.fromtimestamp(seen, UTC) if seen else datetime.now(UTC)
         plan = CanaryPlan.from_dict(self.state_for(name).canary(context["run_id"]) or {}) if release == "canary" else None
         out = running_result(config, name, self.target_impl.endpoint_url(), plan)
-        out.update(running_at=running_at.isoformat(), served_name=self.served, serve_config=config)
+        out.update(running_at=running_at.isoformat(), served_name=self.served, serve_config=config,
+                   cluster_change=ti.xcom_pull(task_ids=self.task_id, key="cluster_change"))
         steps = deploy_steps_until(ti.xcom_pull(task_ids=self.task_id, key="deploy_steps"), running_at.timestamp())
         if steps:
             self.log.info("deploy step: %s", deploy_steps_line(steps))
