@@ -7,13 +7,13 @@ The platforms (:data:`PLATFORMS`):
   Airflow 3.1 images run 3.11). PyPI resolves everything, except that each Apache provider raylift requires is held
   at raylift's own floor (``floors.txt``, written from the wheel's metadata): the floors are what this tests; and
   ``data/airflow-3.1.8-pypi-fixes.txt`` holds back what breaks Airflow 3.1.8 itself (its file says why).
-- ``airflow-3.2.2``: the latest 3.2 patch on PyPI, Python 3.12, PyPI's versions.
+- ``airflow-3.2.2`` / ``airflow-3.3.2``: the latest 3.2 and 3.3 patches on PyPI, Python 3.12, PyPI's versions.
 - ``mwaa-3.2.1`` / ``mwaa-3.3.1``: Amazon MWAA's Python 3.12 with the constraint files MWAA imposes on a
   ``requirements.txt`` install (copies in ``data/``, from aws/amazon-mwaa-docker-images
   ``images/airflow/<version>/etc/airflow_constraints.txt`` and ``mwaa_essential_constraints.txt``, snapshot of
   2026-08-20; the first is Apache Airflow's own constraints file for that version with MWAA's notes).
 
-The newest Airflow (3.3.2) is the suite's own control environment.
+The newest Airflow (3.3.2) is also the suite's own control environment (there with raylift editable).
 
 Builds are shared between the pytest processes of the suite's lanes (a file lock per build), and reused while the
 checkout's files and the platform's inputs are unchanged (a hash in the folder's name).
@@ -71,6 +71,7 @@ PLATFORMS = {
     for p in (
         Platform("airflow-3.1.8", "3.11", "3.1.8", ("airflow-3.1.8-pypi-fixes.txt",), floors=True),
         Platform("airflow-3.2.2", "3.12", "3.2.2"),
+        Platform("airflow-3.3.2", "3.12", "3.3.2"),
         Platform("mwaa-3.2.1", "3.12", "3.2.1", ("mwaa-3.2.1-constraints.txt", "mwaa-3.2.1-essential.txt")),
         Platform("mwaa-3.3.1", "3.12", "3.3.1", ("mwaa-3.3.1-constraints.txt", "mwaa-3.3.1-essential.txt")),
     )
