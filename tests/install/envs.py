@@ -195,3 +195,32 @@ def platform_env(name: str, dist: Dist) -> Env:
                  f"apache-airflow=={platform.airflow}", str(dist.wheel), *args], timeout=900)
             (prefix / "done").write_text(json.dumps({"wheel": dist.wheel.name, "constraints": args}))
     return Env(platform, prefix, tuple(args), dist)
+
+
+# Airflow's own parse of a DAGs folder, run in a platform's env (its DagBag moved in 3.2).
+PARSE_DAGS = """
+import json, sys
+try:
+    from airflow.dag_processing.dagbag import DagBag  # 3.2+
+except ImportError:
+    from airflow.models.dagbag import DagBag  # 3.1
+bag = DagBag(dag_folder=sys.argv[1])  # examples off: AIRFLOW__CORE__LOAD_EXAMPLES
+print(json.dumps({"dag_ids": sorted(bag.dag_ids), "errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+                  "files": sorted({d.fileloc for d in bag.dags.values()})}))
+"""
+
+
+def parse_dags(python: Path, folder: Path, env: dict[str, str]) -> dict[str, object]:
+    """What ``python``'s Airflow makes of ``folder``: its DAG ids, import errors and the DAGs' files."""
+    out: dict[str, object] = json.loads(run([python, "-c", PARSE_DAGS, folder], env=env).stdout.splitlines()[-1])
+    return out
+
+
+def dry_run(py: Path, reqs: list[str], tmp: Path, *extra: str | Path) -> dict[str, str]:
+    """pip's choice (``install --dry-run --report``) for ``reqs`` written as a requirements file: name -> version."""
+    req_file = tmp / "requirements.txt"
+    req_file.write_text("\n".join(reqs) + "\n")
+    report = tmp / "report.json"
+    run([py, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report, "-r", req_file, *extra], timeout=900)
+    data = json.loads(report.read_text())
+    return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in data["install"]}

@@ -55,7 +55,19 @@ import yaml
 
 import raylift
 from raylift.dags import DAG_MODULES
-from tests.install.envs import DATA, ROOT, Dist, Env, build_dist, platform_env, python, run, uv
+from tests.install.envs import (
+    DATA,
+    ROOT,
+    Dist,
+    Env,
+    build_dist,
+    dry_run,
+    parse_dags,
+    platform_env,
+    python,
+    run,
+    uv,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1800)]
 
@@ -223,17 +235,6 @@ c = parse_connection(conn_id, conn)
 print(json.dumps({"kind": c.kind, "options": c.options, "token": bool(c.token)}))
 '''
 
-PARSE_DAGS = """
-import json, sys
-try:
-    from airflow.dag_processing.dagbag import DagBag  # 3.2+
-except ImportError:
-    from airflow.models.dagbag import DagBag  # 3.1
-bag = DagBag(dag_folder=sys.argv[1])
-print(json.dumps({"dag_ids": sorted(bag.dag_ids), "errors": {str(k): str(v) for k, v in bag.import_errors.items()}}))
-"""
-
-
 # -- the pages -----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Block:
@@ -282,16 +283,6 @@ def requirements_of(block: Block) -> list[str]:
     if pip_env:
         return shlex.split(pip_env[0])
     return lines
-
-
-def dry_run(py: Path, reqs: list[str], tmp: Path, *extra: str | Path) -> dict[str, str]:
-    """pip's choice for ``reqs`` (a requirements file written as the page has it, substituted): name -> version."""
-    req_file = tmp / "requirements.txt"
-    req_file.write_text("\n".join(reqs) + "\n")
-    report = tmp / "report.json"
-    run([py, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report, "-r", req_file, *extra], timeout=900)
-    data = json.loads(report.read_text())
-    return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in data["install"]}
 
 
 def assert_nothing_moves(chosen: dict[str, str], env: Env) -> None:
@@ -407,8 +398,7 @@ def test_dags_step_leaves_the_five_dags(lane: Lane) -> None:
     landed = lane.root / lane.spec.dags_at
     assert sorted(p.name for p in landed.glob("*.py")) == sorted(f"{d}.py" for d in DAG_MODULES), \
         f"the dags block left {sorted(p.name for p in landed.iterdir())} in {lane.spec.dags_at}"
-    out = run([lane.env.python, "-c", PARSE_DAGS, landed], env=lane.environ()).stdout.splitlines()[-1]
-    parsed = json.loads(out)
+    parsed = parse_dags(lane.env.python, landed, lane.environ())
     assert parsed["errors"] == {}
     assert parsed["dag_ids"] == sorted(DAG_MODULES)
     run([lane.env.prefix / "bin" / "raylift-install-dags", "--check", landed])

@@ -19,7 +19,18 @@ import pytest
 
 from raylift.dags import DAG_MODULES
 from raylift.provider import CLUSTER_CONN_FIELDS, HOOKS, OPERATORS, SENSORS, TRIGGERS
-from tests.install.envs import DATA, PLATFORMS, Dist, Env, build_dist, platform_env, run, uv
+from tests.install.envs import (
+    DATA,
+    PLATFORMS,
+    Dist,
+    Env,
+    build_dist,
+    dry_run,
+    parse_dags,
+    platform_env,
+    run,
+    uv,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1800)]
 
@@ -69,14 +80,9 @@ def test_pip_dry_run_under_mwaa_constraints(dist: Dist, version: str, tmp_path: 
 
     venv = tmp_path / "venv"
     run([uv(), "venv", "-q", "--seed", "--python", python("3.12"), venv])
-    (tmp_path / "requirements.txt").write_text(f"{dist.wheel}\n")
-    done = run([venv / "bin" / "python", "-m", "pip", "install", "--dry-run", "--quiet", "--report", tmp_path / "r.json",
-                "-r", tmp_path / "requirements.txt", f"apache-airflow=={version}",
-                "-c", DATA / f"mwaa-{version}-constraints.txt", "-c", DATA / f"mwaa-{version}-essential.txt"],
-               timeout=900)
-    report = json.loads((tmp_path / "r.json").read_text())
-    chosen = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in report["install"]}
-    assert chosen.get("raylift"), done.stdout[-2000:]
+    chosen = dry_run(venv / "bin" / "python", [str(dist.wheel)], tmp_path, f"apache-airflow=={version}",
+                     "-c", DATA / f"mwaa-{version}-constraints.txt", "-c", DATA / f"mwaa-{version}-essential.txt")
+    assert chosen.get("raylift"), chosen
     assert chosen["apache-airflow"] == version
     assert "ray" not in chosen, f"raylift pulled Ray {chosen.get('ray')} into MWAA {version}"
 
@@ -115,20 +121,10 @@ def test_packaged_dags_parse(env: Env, tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
     run([env.prefix / "bin" / "raylift-install-dags", dags])
-    code = """
-import json, sys
-try:
-    from airflow.dag_processing.dagbag import DagBag  # 3.2+
-except ImportError:
-    from airflow.models.dagbag import DagBag  # 3.1
-bag = DagBag(dag_folder=sys.argv[1])  # examples off: AIRFLOW__CORE__LOAD_EXAMPLES
-print(json.dumps({"dag_ids": sorted(bag.dag_ids), "errors": {str(k): str(v) for k, v in bag.import_errors.items()},
-                  "files": sorted({d.fileloc for d in bag.dags.values()})}))
-"""
-    out = json.loads(run([env.python, "-c", code, dags], env=env.env(tmp_path)).stdout.splitlines()[-1])
+    out = parse_dags(env.python, dags, env.env(tmp_path))
     assert out["errors"] == {}
     assert out["dag_ids"] == sorted(DAG_MODULES)
-    assert all(f.startswith(str(dags)) for f in out["files"]), out["files"]
+    assert all(str(f).startswith(str(dags)) for f in out["files"]), out["files"]
     run([env.prefix / "bin" / "raylift-install-dags", "--check", dags])
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness.local_stack import tiny_model_path
+from tests.harness.local_stack import stack_ports, tiny_model_path
 from tests.install.envs import OLDEST, build_dist, platform_env, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.timeout(2400)]
@@ -44,16 +44,9 @@ def test_the_oldest_airflow_deploys_from_the_wheel_to_a_served_endpoint(tmp_path
         tmp_path / "airflow",
         AIRFLOW__CORE__DAGS_FOLDER=str(dags),
         AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE="True",
-        AIRFLOW__API__HOST="127.0.0.1",
-        AIRFLOW__API__PORT=str(PORT_BASE + 80),
-        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{PORT_BASE + 80}/execution/",
         RAYLIFT_HOME=str(tmp_path / "raylift"),
         RAYLIFT_RUNTIME_PYTHON=str(RUNTIME_PYTHON),
-        RAYLIFT_SERVE_PORT=str(PORT_BASE + 10),
-        RAYLIFT_DASHBOARD_PORT=str(PORT_BASE + 265),
-        RAYLIFT_RAY_PORT=str(PORT_BASE + 379),
-        RAYLIFT_CLIENT_PORT=str(PORT_BASE + 1),
-        RAYLIFT_AGENT_PORT=str(PORT_BASE + 500),
+        **stack_ports(PORT_BASE),
     )
     run([env.airflow, "db", "migrate"], env=process_env, timeout=600)
     conf = {
@@ -78,7 +71,7 @@ def test_the_oldest_airflow_deploys_from_the_wheel_to_a_served_endpoint(tmp_path
         assert record["steps"] == dict.fromkeys(
             ["artifact", "model", "deployed", "smoke", "benchmark", "release", "promote", "serve_config"], "done"
         )
-        serve = f"http://127.0.0.1:{PORT_BASE + 10}"
+        serve = f"http://127.0.0.1:{process_env['RAYLIFT_SERVE_PORT']}"
         models = httpx.get(f"{serve}/v1/models", timeout=30).json()
         assert SERVED in [m["id"] for m in models["data"]], models
         reply = httpx.post(f"{serve}/v1/chat/completions", timeout=120, json={

@@ -18,6 +18,22 @@ from raylift.targets.local import LocalTarget
 SECRET = "fake-secret-" + "b7c1d9e4"
 
 
+def record_child_env(monkeypatch: pytest.MonkeyPatch, where: str) -> list[dict[str, str]]:
+    """The environments the stand-in runtime Python printed, one per real ``subprocess.run`` at ``where``."""
+    import subprocess
+
+    seen: list[dict[str, str]] = []
+    real_run = subprocess.run
+
+    def recording_run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        proc = real_run(*args, **kwargs)
+        seen.append(json.loads(proc.stdout.splitlines()[-1])["env"])
+        return proc
+
+    monkeypatch.setattr(where, recording_run)
+    return seen
+
+
 def test_the_check_subprocess_gets_no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = tmp_path / "python"
     runtime.write_text(
@@ -32,17 +48,7 @@ def test_the_check_subprocess_gets_no_credentials(tmp_path: Path, monkeypatch: p
         monkeypatch.setenv(name, SECRET)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
-    seen: list[dict[str, str]] = []
-    import subprocess
-
-    real_run = subprocess.run
-
-    def recording_run(*args, **kwargs):  # type: ignore[no-untyped-def]
-        proc = real_run(*args, **kwargs)
-        seen.append(json.loads(proc.stdout.splitlines()[-1])["env"])
-        return proc
-
-    monkeypatch.setattr("raylift.targets.local.subprocess.run", recording_run)
+    seen = record_child_env(monkeypatch, "raylift.targets.local.subprocess.run")
     settings = LocalSettings(home=tmp_path / "home", runtime_python=runtime, check_cache=tmp_path / "checks")
     LocalTarget(settings=settings).validate_engine_args(str(tmp_path / "model"), {"max_model_len": 64})
     (env,) = seen
@@ -62,17 +68,7 @@ def test_the_serve_schema_check_subprocess_gets_no_credentials(tmp_path: Path, m
     runtime.chmod(runtime.stat().st_mode | stat.S_IEXEC)
     for name in ("RAY_AUTH_TOKEN", "AWS_SECRET_ACCESS_KEY", "AIRFLOW_CONN_PROD", "HF_TOKEN", "SOME_SECRET"):
         monkeypatch.setenv(name, SECRET)
-    seen: list[dict[str, str]] = []
-    import subprocess
-
-    real_run = subprocess.run
-
-    def recording_run(*args, **kwargs):  # type: ignore[no-untyped-def]
-        proc = real_run(*args, **kwargs)
-        seen.append(json.loads(proc.stdout.splitlines()[-1])["env"])
-        return proc
-
-    monkeypatch.setattr("raylift.serve.validation.subprocess.run", recording_run)
+    seen = record_child_env(monkeypatch, "raylift.serve.validation.subprocess.run")
     settings = LocalSettings(home=tmp_path / "home", runtime_python=runtime, check_cache=tmp_path / "checks")
     assert LocalTarget(settings=settings).check_serve_schema({"applications": []}, "app") == []
     (env,) = seen
