@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,13 +145,27 @@ def judge(ray: ShapedRayCluster, verdict: Verdict, app: str = "llm") -> dict[str
         return named > 0 and ray.replica_states(app).get("RUNNING", 0) + named >= asked
 
     ray.wait_for(settled, f"Serve's verdict on {verdict.profile} x {asked}")
+
+    def unplaced() -> list[dict[str, Any]]:
+        return [a for a in ray.actors() if a["state"] == "PENDING_CREATION" and "ServeReplica" in a["class_name"]]
+
+    def serve_pending() -> int:
+        messages = [str(d.get("message") or "") for d in ray.applications()[app]["deployments"].values()]
+        return sum(int(m.group(1)) for m in (NOT_SCHEDULED.search(x) for x in messages) if m)
+
+    if verdict.refusal is not None:
+        # Ray's state API lists actors from the GCS as the controller registers them, which can trail Serve's own
+        # message by a moment (CI saw Serve name 2 unscheduled while the listing held 1): give Ray's view up to 30 s
+        # to catch up before the snapshot; the assertion on it is unchanged
+        deadline = time.monotonic() + 30
+        while len(unplaced()) != serve_pending() and time.monotonic() < deadline:
+            time.sleep(1.0)
     status = ray.applications()[app]
     messages = [str(d.get("message") or "") for d in status["deployments"].values()]
     pending = sum(int(m.group(1)) for m in (NOT_SCHEDULED.search(x) for x in messages) if m)
     groups = ray.placement_groups()
-    unplaced = [a for a in ray.actors() if a["state"] == "PENDING_CREATION" and "ServeReplica" in a["class_name"]]
     return {"status": status["status"], "running": ray.replica_states(app).get("RUNNING", 0), "pending": pending,
-            "ray_pending": len(unplaced), "groups_pending": sum(g["state"] == "PENDING" for g in groups),
+            "ray_pending": len(unplaced()), "groups_pending": sum(g["state"] == "PENDING" for g in groups),
             "messages": messages, "groups": groups, "nodes": ray.node_names()}
 
 
