@@ -7,10 +7,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 from fastapi import FastAPI
 
@@ -22,6 +25,19 @@ from tests.bench.test_cost_gates_report import _level, _result
 from tests.fixtures.plugin_server import serve_airflow_plugins, signed_in_as
 
 RUN_ID = "manual__2026-11-23T02:21:47.123456+00:00"
+OTHER_DAG_RUN = "other_dag.manual__1.0123456789abcdef"  # run_name's form under a DAG that is not the deploy DAG
+
+
+class DagScopedAuthManager(SimpleAuthManager):
+    """Airflow's simple auth manager plus one per-DAG grant, as a real deployment's auth manager (FAB's DAG-level
+    permissions, Keycloak) answers ``is_authorized_dag`` (BaseAuthManager's interface): user ``stranger`` may read
+    the runs of ``other_dag`` only; everyone else as the simple auth manager says."""
+
+    def is_authorized_dag(self, *, method: Any, user: SimpleAuthManagerUser,
+                          access_entity: DagAccessEntity | None = None, details: DagDetails | None = None) -> bool:
+        if user.username == "stranger":
+            return details is not None and details.id == "other_dag"
+        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +53,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (root / "linked").symlink_to(root.parent.parent)  # a run folder that is really the store root
     (root / "evil/.hidden.json").write_text("{}")
     (root / "evil/notes.py").write_text("print('x')")
+    (root / OTHER_DAG_RUN).mkdir()
+    (root / OTHER_DAG_RUN / "benchmark.html").write_text("<p>another DAG's run</p>")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAYLIFT_HOME", str(home))  # the plugin's app finds the runs folder from it
+        env.setenv("AIRFLOW__CORE__AUTH_MANAGER", f"{__name__}.DagScopedAuthManager")
         yield root
 
 
@@ -135,3 +154,28 @@ def test_read_only(server: str) -> None:
     assert httpx.get(url, timeout=10).status_code == 200
     for method in ("POST", "PUT", "DELETE"):
         assert httpx.request(method, url, timeout=10).status_code == 405
+
+
+def test_a_user_reads_only_runs_of_dags_they_may_read(plugins: tuple[str, FastAPI]) -> None:
+    """Issue 57: any signed-in user read every run's report. Now the auth manager decides per DAG (as for
+    Airflow's own dagRuns routes): ``stranger`` may not read the deploy DAG, so its runs are 403 and not listed."""
+    url, parent = plugins
+    folder = run_key(RUN_ID).rsplit("/", 1)[1]
+    with signed_in_as(parent, SimpleAuthManagerUser(username="stranger", role="viewer")):
+        for path in (f"/runs/{RUN_ID}/", f"/runs/{folder}/", f"/runs/{folder}/benchmark.html",
+                     f"/runs/{folder}/benchmark.json", "/runs/evil/notes.py"):
+            resp = httpx.get(f"{url}{REPORTS_URL_PREFIX}{path}", timeout=10)
+            assert resp.status_code in (403, 404) and "TTFT" not in resp.text, (path, resp.status_code)
+        assert httpx.get(f"{url}{REPORTS_URL_PREFIX}/runs/{folder}/benchmark.json", timeout=10).status_code == 403
+        index = httpx.get(f"{url}{REPORTS_URL_PREFIX}/", timeout=10)
+        assert index.status_code == 200 and folder not in index.text
+    with signed_in_as(parent, SimpleAuthManagerUser(username="viewer", role="viewer")):
+        assert httpx.get(f"{url}{REPORTS_URL_PREFIX}/runs/{folder}/benchmark.json", timeout=10).status_code == 200
+
+
+def test_a_run_of_no_known_dag_is_read_by_nobody(server: str) -> None:
+    """A folder in run_name's form under another DAG's name: raylift cannot tell exactly which DAG wrote it (DAG
+    ids may hold dots), so it is neither listed nor served, even to a user who may read every DAG."""
+    resp = httpx.get(f"{server}{REPORTS_URL_PREFIX}/runs/{OTHER_DAG_RUN}/benchmark.html", timeout=10)
+    assert resp.status_code == 403 and "another DAG" not in resp.text
+    assert OTHER_DAG_RUN not in httpx.get(f"{server}{REPORTS_URL_PREFIX}/", timeout=10).text
