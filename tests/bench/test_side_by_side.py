@@ -116,3 +116,51 @@ def test_goodput_and_engine_metrics_on_request(stub: Callable[..., str]) -> None
     assert tight["levels"][0]["goodput"]["good"] == 0 and "engine_metrics" not in tight["levels"][0]
     with pytest.raises(RayliftValueError, match="goodput SLO"):
         run_benchmark(url, "stub", slos={"p99": 3.0})
+
+
+def _spans(url: str) -> list[tuple[float, float]]:
+    """What a stub answered since the last call: each streamed request's (arrival, last write), CLOCK_MONOTONIC."""
+    return [(float(a), float(b)) for a, b in httpx.get(f"{url}/stats", timeout=10).json()["spans"]]
+
+
+def test_interleaved_arms_are_measured_alone_in_an_order_that_varies_by_round(stub: Callable[..., str]) -> None:
+    """RMIT (runner.INTERLEAVED): the servers' own clocks show no two arms answering at the same moment, every
+    round measures every arm, and the order of the arms changes from round to round."""
+    urls = {"candidate": stub(ttft_ms=15, itl_ms=1), "baseline": stub(ttft_ms=15, itl_ms=1),
+            "aa": stub(ttft_ms=15, itl_ms=1)}
+    for url in urls.values():
+        _spans(url)  # forget the readiness probes
+    results = run_side_by_side({a: Arm(u) for a, u in urls.items()}, "stub", concurrency=[1, 2],
+                               requests_per_level=16, design=runner.INTERLEAVED, seed=7)
+    spans = {a: _spans(u) for a, u in urls.items()}
+    assert {a: len(s) for a, s in spans.items()} == {a: 32 for a in urls}  # every request, on its own server
+    # no request of one arm overlaps a request of another: each arm was measured alone
+    for a in urls:
+        for b in urls:
+            if a < b:
+                clash = [(x, y) for x in spans[a] for y in spans[b] if x[0] < y[1] and y[0] < x[1]]
+                assert not clash, f"{a} and {b} were answering at once: {clash[:2]}"
+    design = results["candidate"]["design"]
+    assert design["name"] == runner.INTERLEAVED and design == results["baseline"]["design"]
+    orders = design["orders"]
+    assert len(orders) == sum(lv["rounds"] for lv in results["candidate"]["levels"]) == 8 + 4
+    assert all(sorted(o["order"]) == sorted(urls) for o in orders)
+    assert len({tuple(o["order"]) for o in orders}) >= 3, orders  # 12 rounds of 3 arms: not one fixed order
+    # the record is what the servers saw: within each round, the arms' first arrivals come in the recorded order
+    firsts = {a: sorted(s)[0][0] for a, s in spans.items()}
+    assert sorted(urls, key=firsts.__getitem__) == orders[0]["order"]
+    for a in urls:
+        assert all(lv["requests"] == 16 and lv["errors"] == 0 for lv in results[a]["levels"])
+
+
+def test_concurrent_arms_overlap_and_a_bad_design_is_refused(stub: Callable[..., str]) -> None:
+    urls = {"candidate": stub(ttft_ms=30, itl_ms=2), "baseline": stub(ttft_ms=30, itl_ms=2)}
+    for url in urls.values():
+        _spans(url)
+    results = run_side_by_side({a: Arm(u) for a, u in urls.items()}, "stub", concurrency=[1],
+                               requests_per_level=8, design=runner.CONCURRENT)
+    spans = {a: _spans(u) for a, u in urls.items()}
+    assert results["candidate"]["design"]["name"] == runner.CONCURRENT
+    assert any(x[0] < y[1] and y[0] < x[1] for x in spans["candidate"] for y in spans["baseline"])
+    with pytest.raises(RayliftValueError, match="'interleaved'"):
+        run_side_by_side({a: Arm(u) for a, u in urls.items()}, "stub", design="alternating")

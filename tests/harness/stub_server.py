@@ -109,7 +109,7 @@ class _Stream:
         else:
             if self.written:
                 gaps = [b - a for a, b in zip(self.written, self.written[1:])]
-                conn.server.record(self.written[0] - self.t0, gaps)
+                conn.server.record(self.written[0] - self.t0, gaps, (self.t0, now))
             conn.finished()
 
 
@@ -210,17 +210,23 @@ class StubServer:
         self.waiting: deque[tuple[_Connection, bytes, bool]] = deque()
         self.frames: dict[tuple[bool, str, int, int, bool, bool], list[bytes]] = {}
         self.achieved: list[tuple[float, list[float]]] = []  # (TTFT, ITL gaps) in seconds, as written
+        # each streamed request's (arrival, last write), CLOCK_MONOTONIC seconds: one clock for every process on
+        # the machine, so a test can tell whether two stubs were answering at the same moment
+        self.spans: list[tuple[float, float]] = []
         self.rng = random.Random(config.seed)
         self.completions_started = 0  # completion requests so far (the slow spell counts them)
 
-    def record(self, ttft: float, gaps: list[float]) -> None:
+    def record(self, ttft: float, gaps: list[float], span: tuple[float, float]) -> None:
         self.achieved.append((ttft, gaps))
+        self.spans.append(span)
 
     def stats(self) -> bytes:
         """The delays really produced since the last call (and forget them): what a client should measure."""
         done, self.achieved = self.achieved, []
+        spans, self.spans = self.spans, []
         return json.dumps({"requests": len(done), "ttft_ms": [t * 1e3 for t, _ in done],
-                           "itl_ms": [g * 1e3 for _, gaps in done for g in gaps]}).encode()
+                           "itl_ms": [g * 1e3 for _, gaps in done for g in gaps],
+                           "spans": [list(span) for span in spans]}).encode()
 
     def handle(self, conn: _Connection, arrived: float, path: str, body: bytes) -> None:
         if path in ("/health", "/v1/models"):  # readiness probes (guidellm calls /health)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -263,6 +264,15 @@ def run_benchmark(
     )
 
 
+#: How a side-by-side benchmark runs its arms (:func:`run_side_by_side`'s ``design``). ``concurrent``: every round on
+#: all arms at once (each arm on its own devices or host: they do not share what does the work). ``interleaved``:
+#: randomized multiple interleaved trials (Abedi & Brecht, ICPE 2017): in every round each arm is measured alone,
+#: one after another, in a fresh random order each round, so arms that share a host never load it together and
+#: neither always goes first (``raylift.release.measured.measurement_design`` chooses).
+CONCURRENT, INTERLEAVED = "concurrent", "interleaved"
+DESIGNS = (CONCURRENT, INTERLEAVED)
+
+
 @dataclass(frozen=True)
 class Arm:
     """One endpoint of a side-by-side benchmark: its URL, the served model name when it differs from the
@@ -310,8 +320,13 @@ async def arun_side_by_side(
     slos: Mapping[str, float | None] | None = None,
     sweep: Mapping[str, Any] | None = None,
     engine_metrics: bool | None = None,
+    design: str = CONCURRENT,
+    seed: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """:func:`run_side_by_side` for callers already inside an event loop (triggers)."""
+    if design not in DESIGNS:
+        raise RayliftValueError(f"design {design!r} is not one of {list(DESIGNS)}: 'concurrent' measures every "
+                                "arm at once, 'interleaved' each arm alone in a random order each round")
     if engine_metrics is not None:  # run_benchmark's name for it, so both take the same options
         metrics = engine_metrics
     if sweep is not None:
@@ -329,7 +344,11 @@ async def arun_side_by_side(
     labels = list(arms)
     top = max(arm.scale for arm in arms.values())
     per_level: dict[str, dict[int, list[RunOutcome]]] = {a: {c: [] for c in levels_wanted} for a in labels}
+    # the level's time bound: shared by the arms measured at once; each arm's own when each is measured alone
     deadline = {c: float(max_seconds_per_level) for c in levels_wanted}
+    own_deadline = {(a, c): float(max_seconds_per_level) for a in labels for c in levels_wanted}
+    rng = random.Random(seed)
+    orders: list[dict[str, Any]] = []
     monitors: dict[str, EngineMonitor] = {}
     async with contextlib.AsyncExitStack() as stack:
         gens = {a: await stack.enter_async_context(LoadGenerator(
@@ -347,12 +366,18 @@ async def arun_side_by_side(
         def tell(a: str, prefix: str) -> Callable[[str], None] | None:
             return None if progress is None else (lambda line: progress(f"{a}: {prefix}{line}"))
 
-        if warmup_requests:  # untimed, each arm at once, prompts no level has (seed offset 0)
+        if warmup_requests:  # untimed, prompts no level has (seed offset 0); each arm alone when interleaved
             warmup = await size_prompts(tokenizer, generate_requests(spec, warmup_requests * top, seed_offset=0))
             width = min(warmup_requests, max(levels_wanted))
-            done = await asyncio.gather(*(gens[a].run_concurrency(
-                warmup[: warmup_requests * arms[a].scale], width * arms[a].scale,
-                max_seconds=max_seconds_per_level) for a in labels))
+
+            def warm(a: str) -> Any:
+                return gens[a].run_concurrency(warmup[: warmup_requests * arms[a].scale], width * arms[a].scale,
+                                               max_seconds=max_seconds_per_level)
+
+            if design == INTERLEAVED:
+                done = [await warm(a) for a in labels]
+            else:
+                done = await asyncio.gather(*(warm(a) for a in labels))
             if progress is not None:
                 progress("warm-up: " + ", ".join(f"{a} {len(o.records)} requests in {o.duration_s:.1f}s"
                                                  for a, o in zip(labels, done)) + ", not measured")
@@ -363,18 +388,33 @@ async def arun_side_by_side(
             rounds = rounds_for(count, c, max_rounds=max_rounds)
             plan[c] = {a: _scaled_rounds(specs, count, rounds, arms[a].scale, top) for a in labels}
 
-        async def arm_round(a: str, c: int, r: int) -> RunOutcome:
+        async def arm_round(a: str, c: int, r: int, bound: float) -> RunOutcome:
             rounds = plan[c][a]
             monitor = monitors.get(a)
             async with monitor.during(c) if monitor is not None else contextlib.nullcontext():
-                return await gens[a].run_concurrency(rounds[r], c * arms[a].scale, max_seconds=deadline[c],
+                return await gens[a].run_concurrency(rounds[r], c * arms[a].scale, max_seconds=bound,
                                                      progress=tell(a, f"round {r + 1}/{len(rounds)}, "))
 
-        # as run_benchmark: rounds, the levels taking turns; every round runs on all arms at once
+        async def alone(c: int, r: int) -> None:
+            """Round ``r`` of level ``c``, each arm alone, in a fresh random order (RMIT)."""
+            order = rng.sample(labels, len(labels))
+            orders.append({"concurrency": c, "round": r, "order": order})
+            for a in order:
+                if own_deadline[a, c] > 0:
+                    outcome = await arm_round(a, c, r, own_deadline[a, c])
+                    own_deadline[a, c] -= outcome.duration_s
+                    per_level[a][c].append(_every_request_counted(outcome, len(plan[c][a][r])))
+                else:  # this arm's time for the level ran out: its round's requests are cut off
+                    per_level[a][c].append(RunOutcome([], 0.0, len(plan[c][a][r])))
+
+        # as run_benchmark: rounds, the levels taking turns; a round runs on all arms at once (concurrent) or
+        # on each arm alone, in a fresh random order (interleaved)
         for r in range(max(len(plan[c][labels[0]]) for c in levels_wanted)):
             for c in levels_wanted:
-                if r < len(plan[c][labels[0]]) and deadline[c] > 0:
-                    outcomes = await asyncio.gather(*(arm_round(a, c, r) for a in labels))
+                if r < len(plan[c][labels[0]]) and design == INTERLEAVED:
+                    await alone(c, r)
+                elif r < len(plan[c][labels[0]]) and deadline[c] > 0:
+                    outcomes = await asyncio.gather(*(arm_round(a, c, r, deadline[c]) for a in labels))
                     deadline[c] -= max(o.duration_s for o in outcomes)
                     for a, outcome in zip(labels, outcomes):
                         per_level[a][c].append(_every_request_counted(outcome, len(plan[c][a][r])))
@@ -388,10 +428,12 @@ async def arun_side_by_side(
         results[a] = {"arm": a, **_result(
             model=gens[a].model, endpoint=gens[a].root, api=api, stream=stream, started=started, spec=spec,
             sizing=sizing, requests_per_level=requests_per_level, max_seconds_per_level=max_seconds_per_level,
-            warmup_requests=warmup_requests, per_level=per_level[a], levels=levels, slos=slos)}
+            warmup_requests=warmup_requests, per_level=per_level[a], levels=levels, slos=slos),
+            "design": {"name": design, "arms": labels, "seed": seed,
+                       **({"orders": orders} if design == INTERLEAVED else {})}}
     if progress is not None:
         total = sum(lv["requests"] for res in results.values() for lv in res["levels"])
-        progress(f"side-by-side benchmark done: {total} requests on {len(labels)} arms in "
+        progress(f"side-by-side benchmark done ({design}): {total} requests on {len(labels)} arms in "
                  f"{time.perf_counter() - t0:.1f}s")
     return results
 
@@ -415,13 +457,18 @@ def run_side_by_side(
     slos: Mapping[str, float | None] | None = None,
     sweep: Mapping[str, Any] | None = None,
     engine_metrics: bool | None = None,
+    design: str = CONCURRENT,
+    seed: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Benchmark several endpoints (``arms``: label → :class:`Arm`) in the same time window: a canary beside
     the app it would replace. One result per label, each shaped as :func:`run_benchmark`'s.
 
-    Every level's requests are :func:`run_benchmark`'s (the same seeded, sized prompts, the same rounds);
-    each round runs on all arms at once (``asyncio.gather``), so whatever slows the machine meanwhile slows
-    every arm. An arm at ``scale`` k runs at k × the level's concurrency and sends k × its requests: each
+    Every level's requests are :func:`run_benchmark`'s (the same seeded, sized prompts, the same rounds).
+    ``design`` :data:`CONCURRENT`: each round runs on all arms at once (``asyncio.gather``), so whatever slows the
+    machine meanwhile slows every arm (arms on their own devices or hosts). :data:`INTERLEAVED`: each round runs on
+    one arm at a time, alone, in a fresh random order each round (``seed`` seeds it; each result's ``design``
+    keeps the orders), each arm with its own time bound per level: arms that share a host never load it together,
+    and a slow spell falls on whichever arm it meets, not always the same one. An arm at ``scale`` k runs at k × the level's concurrency and sends k × its requests: each
     round's shared requests and, after each, k − 1 more from the same seeded stream (the same for every
     arm at that scale). Levels stay labelled with the unscaled concurrency (and carry ``scale``), so
     :func:`raylift.measure.judgement.judge` compares arms level by level. A level's time bound
@@ -439,7 +486,7 @@ def run_side_by_side(
         max_seconds_per_level=max_seconds_per_level, api=api, stream=stream, allow_remote=allow_remote,
         progress=progress, max_rounds=max_rounds, size_prompts_by_tokenizer=size_prompts_by_tokenizer,
         warmup_requests=warmup_requests, metrics=metrics, slos=slos, sweep=sweep,
-        engine_metrics=engine_metrics))
+        engine_metrics=engine_metrics, design=design, seed=seed))
 
 
 def _ms(value: float | None) -> str:
