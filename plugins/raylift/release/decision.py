@@ -26,6 +26,14 @@ The rules, in order (the first that applies decides):
    promotes, "reject" rolls back), ``pass`` promotes, ``fail`` rolls back. Such a promote never becomes the anchor;
 7. ``pass``: promote; it becomes the anchor (the chain starts again from it).
 
+**A gate that knows its noise** (rule 6 too): :attr:`ReleaseEvidence.aa_spread` is how far two arms of the *same*
+config differ on this stack (the SD of an A/A headline: :func:`aa_spread`, from an A/A inside the release or the
+last releases' records). Where it is wider than the tolerance can resolve (:func:`noise_refusal`: above
+tolerance / :data:`NOISE_Z`, the spread at which an unchanged release would cross the tolerance more often than the
+2 % the gate is held to), a ``pass`` or ``regressed`` verdict, and a roll back by the cumulative limit, are refused
+as noise could give them: *inconclusive*, the spread named, and ``on_inconclusive`` decides. Missing evidence and
+broken SLOs still roll back (they are not comparisons).
+
 What the baseline arm ran (:attr:`ReleaseEvidence.baseline_runs`): ``fresh-anchor``, a fresh replica of the
 anchor's own config started beside the canary (Kayenta's baseline: as new as the canary, carrying no user
 traffic), so the headline *is* the change since the anchor and no chain is compounded (its noise does not grow
@@ -52,6 +60,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from statistics import NormalDist
 from typing import Any
 
 from raylift.config import DEFAULT_MAX_CUMULATIVE_REGRESSION, DEFAULT_ON_INCONCLUSIVE
@@ -94,6 +103,13 @@ CONFIRM_FACTOR = 4
 HEADLINE_METRIC = "e2e_ms"
 HEADLINE_FALLBACK = "output_tokens_per_s"  # the same slowdown seen from the other side, when e2e is missing
 
+# An unchanged release crosses a tolerance t with probability P(Z > t / spread) when its headline's SD (the A/A
+# spread) is ``spread``; the gate's target is at most 2 % of unchanged releases rejected (docs/benchmark-metrics.md,
+# "Gate error rates"), so a spread above t / NOISE_Z (t / 2.05) is wider than the tolerance can resolve.
+NOISE_Z = NormalDist().inv_cdf(0.98)
+# At least this many same-config A/A headlines before a spread learned from them is believed (fewer: not known).
+AA_MIN_SAMPLES = 3
+
 #: the release kinds (``raylift.release.plan``) whose candidate is judged beside the serving app, in the same rounds
 #: (a canary on the serving cluster, blue/green on a second one); the others are judged against the anchor
 JUDGED_BESIDE: tuple[str, ...] = ("canary", "blue_green")
@@ -117,7 +133,10 @@ class ReleaseEvidence:
         since the anchor: ``anchor_links`` are not compounded), ``fresh-serving`` or ``serving``.
     :param placement_favours: the arm whose Ray node was less crowded while they were measured
         (:mod:`raylift.serve.placement`: ``candidate`` or ``baseline``); None: alike, or not known.
-    :param placement: that placement in words, for the reasons."""
+    :param placement: that placement in words, for the reasons.
+    :param aa_spread: how far two arms of the same config differ on this stack (the SD of a same-config headline,
+        a fraction: :func:`aa_spread`); None: not known.
+    :param aa_source: where ``aa_spread`` comes from, in words (an A/A inside this release, the last N records)."""
 
     first_deploy: bool
     smoke_passed: bool
@@ -131,6 +150,8 @@ class ReleaseEvidence:
     baseline_runs: str = SERVING
     placement_favours: str | None = None
     placement: str = ""
+    aa_spread: float | None = None
+    aa_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -213,6 +234,29 @@ def confirmation_requests(judgement: Mapping[str, Any], requests_per_level: int)
     return CONFIRM_FACTOR * int(requests_per_level)
 
 
+def aa_spread(headlines: Sequence[float]) -> float | None:
+    """The spread of same-config (A/A) headline changes: their root mean square around 0 (the true change of an
+    A/A is 0, so each headline is all noise: a bias between the arms counts as spread, as it should). None with
+    fewer than :data:`AA_MIN_SAMPLES`."""
+    values = [float(x) for x in headlines if isinstance(x, int | float) and math.isfinite(x)]
+    if len(values) < AA_MIN_SAMPLES:
+        return None
+    return math.sqrt(sum(x * x for x in values) / len(values))
+
+
+def noise_refusal(spread: float | None, tolerance: float, source: str = "") -> str | None:
+    """Why no verdict can be given at ``tolerance`` when two arms of the same config differ by ``spread`` (SD of
+    the A/A headline): None when the spread is not known or the tolerance can resolve it."""
+    if spread is None or not math.isfinite(spread) or not math.isfinite(tolerance) or tolerance <= 0:
+        return None
+    if spread <= tolerance / NOISE_Z:
+        return None
+    return (f"two arms of the same config differ by {_pct(spread).lstrip('+')} (SD of the A/A headline"
+            f"{', ' + source if source else ''}) on this stack, wider than the tolerance {_pct(tolerance)} can "
+            f"resolve (at most {_pct(tolerance / NOISE_Z).lstrip('+')}, so that an unchanged release crosses it at "
+            "most 2 % of the time): noise alone could give a pass or a regression here")
+
+
 def compound(changes: Sequence[float]) -> float:
     """Changes (ratio - 1) one after another: ``prod(1 + x) - 1``."""
     return math.prod(1 + x for x in changes) - 1
@@ -255,6 +299,11 @@ def _check(evidence: ReleaseEvidence) -> None:
                                 f"{[CANDIDATE_ARM, BASELINE_ARM]} (or None: alike, or not known)")
     if evidence.new_anchor_by is not None and not str(evidence.new_anchor_by).strip():
         raise RayliftValueError("new_anchor_by is empty: a new anchor (regression_baseline 'none') names who asked")
+    spread = evidence.aa_spread
+    if spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float)
+                               or not math.isfinite(spread) or spread < 0):
+        raise RayliftValueError(f"aa_spread {spread!r} must be a finite fraction of 0 or more (the SD of a "
+                                "same-config headline), or None when not known")
     if bad:
         raise RayliftValueError(f"anchor_links {list(evidence.anchor_links)!r}: each must be a finite change "
                                 f"above -1 (ratio - 1), got {bad!r}")
@@ -308,6 +357,11 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     verdict = str(judgement.get("verdict")) if judgement else NOT_JUDGED
     note = f" ({judgement['note']})" if judgement.get("note") else ""
     judged, placed = verdict, _placement_refusal(evidence, verdict)
+    tolerance = judgement.get("tolerance") if judgement else None
+    noisy = noise_refusal(evidence.aa_spread, float(tolerance) if isinstance(tolerance, int | float)
+                          else evidence.max_cumulative_regression, evidence.aa_source)
+    if placed is None and noisy is not None and verdict in (PASS, REGRESSED):
+        placed = f"judged {verdict}, but {noisy}"
     if placed is not None:
         verdict = INCONCLUSIVE
     if evidence.new_anchor_by is not None and verdict not in (FAILED, REGRESSED):
@@ -321,8 +375,10 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
         return ReleaseDecision(ROLL_BACK, FAILED, (f"unknown judgement verdict {verdict!r}: not a pass", *measured),
                                headline, cumulative, False)
     limit = evidence.max_cumulative_regression
-    # a regression refused for the placement is refused whole: the same confounded headline does not roll it back
-    if cumulative is not None and cumulative > limit and not (placed is not None and judged == REGRESSED):
+    # a regression refused for the placement is refused whole: the same confounded headline does not roll it back;
+    # nor does a headline whose A/A spread is wider than the tolerance can resolve (noise could give it)
+    if (cumulative is not None and cumulative > limit and not (placed is not None and judged == REGRESSED)
+            and noisy is None):
         return ReleaseDecision(
             ROLL_BACK, CUMULATIVE_REGRESSION,
             (f"{_pct(cumulative)} slower than the anchor (the last release that passed) in all: "
@@ -343,7 +399,7 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     if placed is not None:
         why = f"inconclusive: {placed}"
     elif verdict == INCONCLUSIVE:
-        why = f"inconclusive: {_inconclusive(judgement)}"
+        why = f"inconclusive: {_inconclusive(judgement)}" + (f"; {noisy}" if noisy else "")
     else:
         why = "not judged: no judgement of the candidate against what serves"
     return _on_inconclusive(evidence, verdict if verdict == INCONCLUSIVE else NOT_JUDGED, why, measured,

@@ -1,0 +1,76 @@
+"""raylift.release.decide knows its noise: a same-config (A/A) spread wider than the tolerance can resolve gives no
+pass, no regression and no cumulative roll back, only *inconclusive* with the spread named."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from raylift.errors import RayliftValueError
+from raylift.release.decision import (
+    AA_MIN_SAMPLES,
+    FAILED,
+    INCONCLUSIVE,
+    NOISE_Z,
+    PASS,
+    PROMOTE,
+    REGRESSED,
+    ROLL_BACK,
+    aa_spread,
+    decide,
+    noise_refusal,
+)
+from tests.test_release import ev, judgement
+
+TOLERANCE = 0.10  # tests.test_release.judgement's
+
+
+def test_the_learned_spread_is_the_rms_of_same_config_headlines_and_unknown_when_too_few() -> None:
+    assert aa_spread([0.03, -0.04, 0.0]) == pytest.approx(math.sqrt((0.0009 + 0.0016) / 3))
+    # a bias between two arms of one config is spread too: +8 % every time is not "no noise"
+    assert aa_spread([0.08, 0.08, 0.08]) == pytest.approx(0.08)
+    assert aa_spread([0.05] * (AA_MIN_SAMPLES - 1)) is None
+    assert aa_spread([0.05, math.nan, 0.05]) is None  # not a measurement
+
+
+@pytest.mark.parametrize("verdict, change", [(PASS, 0.0), (REGRESSED, 0.30)])
+def test_a_spread_wider_than_the_tolerance_can_resolve_gives_inconclusive(verdict: str, change: float) -> None:
+    spread = 0.129  # the three-node run's same-speed headline SD (docs/benchmark-metrics.md, session 34)
+    decision = decide(ev(judgement=judgement(verdict, change), aa_spread=spread, aa_source="the last 8 releases",
+                         on_inconclusive="pass"))
+    assert decision.verdict == INCONCLUSIVE and decision.action == PROMOTE and not decision.becomes_anchor
+    text = " ".join(decision.reasons)
+    assert "12.9%" in text and "the last 8 releases" in text and "noise alone" in text, text
+    # the same evidence with the tolerance able to resolve the spread decides as before
+    quiet = decide(ev(judgement=judgement(verdict, change), aa_spread=0.03, on_inconclusive="pass"))
+    assert quiet.verdict == verdict and quiet.action == (PROMOTE if verdict == PASS else ROLL_BACK)
+    # on_inconclusive still decides the refused verdict
+    held = decide(ev(judgement=judgement(verdict, change), aa_spread=spread, on_inconclusive="fail"))
+    assert (held.action, held.verdict) == (ROLL_BACK, INCONCLUSIVE)
+
+
+def test_the_cumulative_limit_does_not_roll_back_what_noise_could_give() -> None:
+    noisy = decide(ev(judgement=judgement(INCONCLUSIVE, 0.12), aa_spread=0.2, on_inconclusive="pass"))
+    assert (noisy.action, noisy.verdict) == (PROMOTE, INCONCLUSIVE)
+    assert "20.0%" in " ".join(noisy.reasons)
+    quiet = decide(ev(judgement=judgement(INCONCLUSIVE, 0.12), aa_spread=0.01, on_inconclusive="pass"))
+    assert quiet.action == ROLL_BACK and quiet.verdict == "cumulative regression"
+
+
+def test_missing_evidence_and_broken_slos_still_roll_back_however_noisy() -> None:
+    assert decide(ev(judgement=judgement(FAILED), aa_spread=0.5)).action == ROLL_BACK
+    assert decide(ev(slo_violations=("error rate 5% above 1%",), aa_spread=0.5)).action == ROLL_BACK
+
+
+def test_the_threshold_is_the_tolerance_over_the_two_percent_quantile() -> None:
+    assert NOISE_Z == pytest.approx(2.054, abs=1e-3)
+    assert noise_refusal(TOLERANCE / NOISE_Z * 0.99, TOLERANCE) is None
+    assert noise_refusal(TOLERANCE / NOISE_Z * 1.01, TOLERANCE) is not None
+    assert noise_refusal(None, TOLERANCE) is None
+
+
+@pytest.mark.parametrize("bad", [-0.1, math.inf, "0.1", True])
+def test_a_bad_spread_is_refused_naming_it(bad: object) -> None:
+    with pytest.raises(RayliftValueError, match="aa_spread"):
+        decide(ev(aa_spread=bad))
