@@ -2,27 +2,76 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from raylift.serve.config import config_hash
 
 SECRET_HINTS = ("token", "secret", "password", "key", "credential")
+REDACTED = "***"
+# keys no secret lives under although Airflow's sensitive names match them: Serve's own config field
+NOT_SECRET_KEYS = frozenset({"proxy_location"})
+# secrets Airflow's masker cannot know (it masks values registered with it, and keys by name): a URL's userinfo
+# (``https://user:pw@host``, ``https://<token>@host``), an HTTP credential (``Bearer <token>``, ``Basic <b64>``),
+# and a Hugging Face token's shape (``hf_`` + 30 or more letters and digits)
+SECRET_VALUE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]+@"
+    r"|\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"
+    r"|\bhf_[A-Za-z0-9]{30,}",
+    re.IGNORECASE,
+)
 
 
-def _looks_secret(key: str) -> bool:
-    """A key naming a secret (``hf_token``, ``aws_secret_access_key``); ``*_at`` keys are timestamps
-    (``first_token_at`` is when the first token came, not a token)."""
+def _airflow_redact() -> Callable[..., Any] | None:
+    """Airflow's secrets masker's ``redact``: the instance a task's connections and variables registered their
+    values with (``airflow.sdk._shared.secrets_masker`` on Airflow 3.2+, ``airflow.sdk.execution_time
+    .secrets_masker`` on 3.1); None where neither imports."""
+    import importlib
+
+    for module in ("airflow.sdk._shared.secrets_masker", "airflow.sdk.execution_time.secrets_masker"):
+        try:
+            return cast("Callable[..., Any]", importlib.import_module(module).redact)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _looks_secret(key: str, airflow_redact: Callable[..., Any] | None = None) -> bool:
+    """A key naming a secret (``hf_token``, ``aws_secret_access_key``, and what Airflow's masker calls sensitive:
+    ``authorization``, ``dsn``, ``webhook_url``...); ``*_at`` keys are timestamps (``first_token_at`` is when the
+    first token came, not a token)."""
     key = key.lower()
-    return not key.endswith("_at") and any(h in key for h in SECRET_HINTS)
+    if key.endswith("_at") or key in NOT_SECRET_KEYS:
+        return False
+    if any(h in key for h in SECRET_HINTS):
+        return True
+    return airflow_redact is not None and airflow_redact("x", key) != "x"
+
+
+def _secret_value(value: str, airflow_redact: Callable[..., Any] | None) -> bool:
+    """A value holding a secret whatever its key: one Airflow's masker masks, or one of :data:`SECRET_VALUE`."""
+    if SECRET_VALUE.search(value):
+        return True
+    return airflow_redact is not None and airflow_redact(value) != value
 
 
 def redact(value: Any) -> Any:
-    """Drop values whose key looks like a secret; records are meant to be shared."""
+    """Records are meant to be shared: a string under a key that looks like a secret, or that holds one (by value:
+    anything Airflow's masker masks, a URL's userinfo, an ``Authorization`` credential), becomes ``***`` whole, so
+    a redeploy sees it hidden (and refuses to replay it) rather than a half-masked value."""
+    return _redact(value, _airflow_redact())
+
+
+def _redact(value: Any, masker: Callable[..., Any] | None) -> Any:
     if isinstance(value, dict):
-        return {k: ("***" if _looks_secret(k) and isinstance(v, str) else redact(v)) for k, v in value.items()}
+        return {k: (REDACTED if isinstance(v, str) and (_looks_secret(str(k), masker) or _secret_value(v, masker))
+                    else _redact(v, masker)) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact(v) for v in value]
+        return [_redact(v, masker) for v in value]
+    if isinstance(value, str) and _secret_value(value, masker):
+        return REDACTED
     return value
 
 
