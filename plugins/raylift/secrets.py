@@ -99,7 +99,9 @@ def check_conn_type(conn_id: str, conn_type: str | None, *, field: str, kinds: t
         )
 
 
-HUB_TOKEN_CONN_TYPES = ("generic", "huggingface", "hf")
+# the hub's own connection types only: a `generic` connection's password may be anything's (a database's, a webhook's),
+# and naming it as hf_conn_id would send it to the hub endpoint
+HUB_TOKEN_CONN_TYPES = ("huggingface", "hf")
 AWS_CONN_TYPES = ("aws",)
 
 

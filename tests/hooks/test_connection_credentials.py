@@ -71,8 +71,24 @@ def test_hf_conn_id_naming_a_cluster_connection_is_refused(monkeypatch: pytest.M
     assert TOKEN not in str(err.value)
     with pytest.raises(CredentialsError, match=r"'prod'.*'raylift_cluster'"):
         hub_token_from_connection("prod")
-    monkeypatch.setenv("AIRFLOW_CONN_HF", json.dumps({"conn_type": "generic", "password": "hf_tok_1234567\n"}))
+    monkeypatch.setenv("AIRFLOW_CONN_HF", json.dumps({"conn_type": "huggingface", "password": "hf_tok_1234567\n"}))
     assert hub_token_from_connection("hf") == "hf_tok_1234567"
+
+
+@pytest.mark.parametrize("conn_type", ["generic", "http", "postgres"])
+def test_hf_conn_id_naming_a_connection_that_is_not_the_hubs_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                          conn_type: str) -> None:
+    """Issue 57: a ``generic`` connection (any password: a database's, a webhook's) named as ``hf_conn_id`` had its
+    password sent to the hub endpoint. Only the hub's own connection types carry a hub token."""
+    from raylift.staging.sources import hub_token_from_connection
+    from raylift.targets import resolve_target
+
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps({"conn_type": conn_type, "password": "warehouse-pw-123"}))
+    with pytest.raises(CredentialsError, match=rf"hf_conn_id.*'warehouse'.*{conn_type!r}.*'huggingface' or 'hf'"):
+        resolve_target("local", {"hf_conn_id": "warehouse"}, None)
+    with pytest.raises(CredentialsError, match=rf"'warehouse'.*{conn_type!r}") as err:
+        hub_token_from_connection("warehouse")
+    assert "warehouse-pw-123" not in str(err.value)
 
 
 def test_aws_conn_id_must_name_an_aws_connection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -130,7 +130,7 @@ def test_gated_repo_needs_a_token_and_takes_it_from_the_environment(hub: dict, m
 
 def test_gated_repo_with_the_token_of_an_airflow_connection(hub: dict, monkeypatch: pytest.MonkeyPatch,
                                                             caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_HF_STANDIN", json.dumps({"conn_type": "generic", "password": TOKEN}))
+    monkeypatch.setenv("AIRFLOW_CONN_HF_STANDIN", json.dumps({"conn_type": "huggingface", "password": TOKEN}))
     staged = LocalTarget(hf_conn_id="hf_standin").stage_model(source="org/gated", model_id="org/gated")
     assert "model.safetensors" in staged.files and TOKEN not in caplog.text
     assert TOKEN not in json.dumps(staged.to_xcom())
