@@ -300,8 +300,12 @@ def test_promote_keeps_a_hand_scale_up_of_the_serving_app_made_during_the_canary
 
 
 def test_without_room_for_a_fresh_baseline_the_serving_app_is_the_baseline_arm_and_the_record_says_why(
-    serve: ServeStandin, tmp_path: Path
+    serve: ServeStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a target that gives the baseline no room of its own (ray, ecs, eks: only local chooses its logical resources)
+    from raylift.targets.local import LocalTarget
+
+    monkeypatch.delattr(LocalTarget, "baseline_arm_room")
     serve.cpus = 1.0  # the serving replica and the canary (0.5 CPU each), not a third
     first_release()
     out = deploy("/store/b", "r2", XComs())

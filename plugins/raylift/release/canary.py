@@ -37,7 +37,11 @@ from typing import Any
 from raylift.errors import RayliftValueError, ServeFitError
 from raylift.release.decision import FRESH_ANCHOR, FRESH_SERVING, SERVING
 from raylift.release.state import DeploymentState
-from raylift.serve.config import app_by_name, merge_app
+from raylift.serve.config import app_by_name, config_hash, merge_app
+
+#: A target's room for the fresh baseline arm: the baseline app as the target gives it room (``Target``'s optional
+#: ``baseline_arm_room``, e.g. ``raylift.targets.local``'s logical resources), or None: as the source app asks.
+BaselineRoom = Callable[[dict[str, Any]], dict[str, Any]]
 
 Fits = Callable[[dict[str, Any], list[dict[str, Any]]], Any]
 
@@ -79,7 +83,9 @@ class CanaryPlan:
     while the canary does (one replica fewer when ``lent``); ``baseline_scale``: the baseline arm's replicas,
     the load factor that gives both arms the same load per replica. ``baseline``: the fresh baseline app
     (None: the serving app is the baseline arm), ``baseline_runs`` what it runs (``raylift.release``'s
-    ``fresh-anchor``, ``fresh-serving`` or ``serving``), ``baseline_note`` why, when it is the serving app."""
+    ``fresh-anchor``, ``fresh-serving`` or ``serving``), ``baseline_note`` why, when it is the serving app;
+    ``baseline_source``: the config hash of the app entry the fresh baseline replicates (equal to the candidate's:
+    the two arms run the same config, an A/A the gate learns its noise from)."""
 
     app_name: str
     candidate: dict[str, Any]
@@ -91,6 +97,7 @@ class CanaryPlan:
     baseline: dict[str, Any] | None = None
     baseline_runs: str = "serving"
     baseline_note: str = ""
+    baseline_source: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,12 +129,19 @@ def canary_app(candidate: dict[str, Any], app_name: str) -> dict[str, Any]:
     return app
 
 
-def fresh_baseline_app(source: dict[str, Any], app_name: str) -> dict[str, Any]:
-    """``source`` (the anchor's or the serving app's entry) as a 1-replica app of its own: the baseline arm."""
+def fresh_baseline_app(source: dict[str, Any], app_name: str, room: BaselineRoom | None = None) -> dict[str, Any]:
+    """``source`` (the anchor's or the serving app's entry) as a 1-replica app of its own: the baseline arm, in the
+    room the target gives it (``room``)."""
     app = canary_app(source, app_name)
     app["name"] = baseline_name(app_name)
     app["route_prefix"] = baseline_route(app_name)
-    return app
+    return room(app) if room is not None else app
+
+
+def same_config_arms(plan: CanaryPlan) -> bool:
+    """Whether the canary and its fresh baseline run the same app config (an A/A release)."""
+    return (plan.baseline is not None and plan.baseline_runs != SERVING and bool(plan.baseline_source)
+            and plan.baseline_source == config_hash(plan.candidate))
 
 
 def lend_one(serving: dict[str, Any]) -> dict[str, Any]:
@@ -145,17 +159,18 @@ def plan_canary(
     fits: Callable[[dict[str, Any], list[dict[str, Any]]], Any],
     *,
     anchor_app: dict[str, Any] | None = None,
+    room: BaselineRoom | None = None,
 ) -> CanaryPlan:
     """Where the canary runs: beside the serving app if ``fits(canary, other_apps)`` passes (it raises
     ServeFitError otherwise), else on one replica lent by the serving app; CanaryRoomError when neither. Then
     the baseline arm (:func:`with_fresh_baseline`): a fresh replica of ``anchor_app`` (the anchor's entry, when
     recorded) or of the serving app, where it fits beside both."""
     plan = _place_canary(candidate, current, app_name, fits)
-    return with_fresh_baseline(plan, current, fits, anchor_app)
+    return with_fresh_baseline(plan, current, fits, anchor_app, room)
 
 
 def plan_or_resume(state: DeploymentState, run_id: str, candidate: dict[str, Any], current: dict[str, Any],
-                   app_name: str, fits: Fits) -> tuple[CanaryPlan, bool]:
+                   app_name: str, fits: Fits, room: BaselineRoom | None = None) -> tuple[CanaryPlan, bool]:
     """This run's canary plan, and whether it is an earlier try's. A retry whose earlier try applied this canary and
     died keeps that plan (what the serving app lent is known only to it; planned again, the lent-from app would look
     like a 1-replica app of its own). Otherwise :func:`plan_canary`, whose baseline arm runs the anchor's own config
@@ -170,12 +185,12 @@ def plan_or_resume(state: DeploymentState, run_id: str, candidate: dict[str, Any
         return earlier, True
     anchor_app = (state.anchor() or {}).get("app")
     return plan_canary(candidate, current, app_name, fits,
-                       anchor_app=anchor_app if isinstance(anchor_app, dict) else None), False
+                       anchor_app=anchor_app if isinstance(anchor_app, dict) else None, room=room), False
 
 
 def with_fresh_baseline(plan: CanaryPlan, current: dict[str, Any],
                         fits: Callable[[dict[str, Any], list[dict[str, Any]]], Any],
-                        anchor_app: dict[str, Any] | None) -> CanaryPlan:
+                        anchor_app: dict[str, Any] | None, room: BaselineRoom | None = None) -> CanaryPlan:
     """``plan`` with a fresh baseline app where one fits beside the serving app and the canary (never on a
     lent replica); the serving app stays the baseline arm otherwise, and ``baseline_note`` says why."""
     name = baseline_name(plan.app_name)
@@ -187,7 +202,7 @@ def with_fresh_baseline(plan: CanaryPlan, current: dict[str, Any],
         return replace(plan, baseline_note=f"app {name!r} already runs on the cluster and is not this release's: "
                                            "raylift leaves it alone, so the serving app is the baseline arm")
     source, runs = (anchor_app, FRESH_ANCHOR) if anchor_app else (plan.serving, FRESH_SERVING)
-    baseline = fresh_baseline_app(source, plan.app_name)
+    baseline = fresh_baseline_app(source, plan.app_name, room)
     others = [plan.serving if a.get("name") == plan.app_name else a for a in current.get("applications", [])
               if a.get("name") not in (name, plan.canary["name"])]
     try:
@@ -195,7 +210,7 @@ def with_fresh_baseline(plan: CanaryPlan, current: dict[str, Any],
     except ServeFitError as exc:
         return replace(plan, baseline_note=f"no room for a fresh baseline replica beside the canary ({exc}): "
                                            "the serving app is the baseline arm")
-    return replace(plan, baseline=baseline, baseline_runs=runs, baseline_scale=1)
+    return replace(plan, baseline=baseline, baseline_runs=runs, baseline_scale=1, baseline_source=config_hash(source))
 
 
 def _place_canary(

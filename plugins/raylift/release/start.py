@@ -103,8 +103,10 @@ def start_canary(target: Target, state: DeploymentState, run_id: str, app: dict[
                  app_name: str, *, defaults: dict[str, Any], surge: int, fits: Fits, log: Any = log) -> Started:
     """Start the candidate as ``<app>-canary`` beside the serving app (on a lent replica if it must); the serving app
     takes all user traffic and is not changed until the gate promotes the candidate."""
+    # the target's room for the fresh baseline arm (local: logical resources chosen for it), else as the app asks
     plan, resumed = plan_or_resume(state, run_id, app, current, app_name,
-                                   lambda a, others: fits(a, {"applications": others}))
+                                   lambda a, others: fits(a, {"applications": others}),
+                                   getattr(target, "baseline_arm_room", None))
     if resumed:
         log.warning("an earlier try of run %s started this canary and did not finish: finishing it", run_id)
     config = with_canary(current, plan, defaults)

@@ -20,11 +20,12 @@ from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, r
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.cluster import LocalRayCluster
+from raylift.local.isolated import run_isolated
 from raylift.records import Artifact, ClusterExpectation, StagedModel
 from raylift.secrets import child_env
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
-from raylift.targets.base import ClusterPair, Target
+from raylift.targets.base import ClusterPair, Target, runs_remote_code
 from raylift.targets.options import TargetOptions
 from raylift.targets.serve_control import DashboardServeControl
 
@@ -118,6 +119,44 @@ class LocalTarget(DashboardServeControl, Target):
             front.ensure(self.colour)
         cpus = self.settings.head_num_cpus + workers * self.settings.worker_num_cpus
         return ClusterExpectation(nodes=1 + workers, resources={"CPU": float(cpus)})
+
+    # -- the canary's fresh baseline arm (raylift.release.canary): room on this machine, and how it is measured ---
+    #: Every Ray node of this target is a process group on this one machine's cores: two arms never have a host of
+    #: their own, so they are measured one at a time (raylift.release.measured.measurement_design: interleaved).
+    arms_share_host: ClassVar[bool] = True
+    #: The logical CPUs the fresh baseline replica asks Ray for. Why 0: a logical CPU is Ray's bookkeeping for
+    #: placing actors, not a share of the cores (VLLM_CPU_OMP_THREADS_BIND nobind: the OS schedules every engine on
+    #: both cores). On ``make demo``'s cluster (one node, 2 logical CPUs) the serving app and the canary take both,
+    #: so a baseline asking for 1 never fitted and every canary was judged against the app carrying the live
+    #: traffic. The baseline carries no user traffic and, measured interleaved, loads the machine only in its own
+    #: turns; idle, a vLLM engine here used 2.2 % of one core (issue 56's probe).
+    BASELINE_ARM_NUM_CPUS: ClassVar[float] = 0.0
+
+    @classmethod
+    def baseline_arm_room(cls, app: dict[str, Any]) -> dict[str, Any]:
+        """The fresh baseline app with room on this cluster: each deployment asks for
+        :attr:`BASELINE_ARM_NUM_CPUS` logical CPUs, and keeps the OpenMP threads its own ``num_cpus`` would give it
+        (Ray sets an actor's ``OMP_NUM_THREADS`` to ``max(floor(num_cpus), 1)`` when unset:
+        ``ray/_private/utils.py`` ``set_omp_num_threads_if_unset``, Ray 2.60; with 0 CPUs it would be 1), so the
+        baseline's engine computes as the canary's does (a deployment's ``runtime_env`` env_vars are added to the
+        app's: ``ray/serve/_private/utils.py`` ``override_runtime_envs_except_env_vars``). A deployment asking for
+        accelerators keeps its request."""
+        import copy
+        import math
+
+        out = copy.deepcopy(app)
+        app_env = (out.get("runtime_env") or {}).get("env_vars") or {}
+        for dep in out.get("deployments") or []:
+            options = dep.setdefault("ray_actor_options", {})
+            if options.get("num_gpus") or (options.get("resources") or {}).get("neuron_cores"):
+                continue
+            asked = options.get("num_cpus", 1)
+            threads = max(math.floor(float(asked)), 1) if isinstance(asked, int | float) else 1
+            options["num_cpus"] = cls.BASELINE_ARM_NUM_CPUS
+            env = (options.get("runtime_env") or {}).get("env_vars") or {}
+            if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in app_env:
+                options.setdefault("runtime_env", {}).setdefault("env_vars", {})["OMP_NUM_THREADS"] = str(threads)
+        return out
 
     def billed_nodes(self) -> dict[str, int]:
         """Every alive Ray node here is this machine ('local' in the price table: 0 unless declared), a blue/green
@@ -327,14 +366,18 @@ class LocalTarget(DashboardServeControl, Target):
         cached = self.settings.check_cache / "engine-args" / f"{digest.hexdigest()}.json"
         if model.is_dir() and cached.is_file():
             return
-        proc = subprocess.run(
+        # it imports the model's (user-supplied) code: a minimal environment, outside the worker's process tree
+        # (no ancestor's /proc/<pid>/environ holds a secret) and in a Landlock domain (raylift.local.isolated)
+        proc, isolation = run_isolated(
             [str(self.settings.runtime_python), "-m", "llm.check_args", model_path, json.dumps(engine_args)],
-            cwd=apps,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=child_env(),  # it imports the model's (user-supplied) code: no credential of the worker's
-        )
+            python=self.settings.runtime_python, env=child_env(), cwd=apps, timeout=300)
+        if isolation.adopted_by_ancestor and runs_remote_code(engine_args):
+            raise ClusterError(
+                "The engine-args check runs the model's own code (allowed by the cluster's connection), but the "
+                "process that adopted it is one of the Airflow worker's own ancestors (no init above the worker, "
+                "e.g. Airflow as a container's PID 1): that code could read the worker's secrets through "
+                "/proc/<pid>/environ. Run Airflow under an init (the official image's dumb-init, Compose's "
+                "`init: true`), or remove the remote-code engine args. Nothing was deployed.")
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
             raise RayliftValueError(f"Could not check engine_args in the runtime env: {proc.stderr[-500:]}")
