@@ -20,12 +20,11 @@ from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, r
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.cluster import LocalRayCluster
-from raylift.local.isolated import run_isolated
 from raylift.records import Artifact, ClusterExpectation, StagedModel
 from raylift.secrets import child_env
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
-from raylift.targets.base import ClusterPair, Target, runs_remote_code
+from raylift.targets.base import ClusterPair, Target
 from raylift.targets.options import TargetOptions
 from raylift.targets.serve_control import DashboardServeControl
 
@@ -366,18 +365,14 @@ class LocalTarget(DashboardServeControl, Target):
         cached = self.settings.check_cache / "engine-args" / f"{digest.hexdigest()}.json"
         if model.is_dir() and cached.is_file():
             return
-        # it imports the model's (user-supplied) code: a minimal environment, outside the worker's process tree
-        # (no ancestor's /proc/<pid>/environ holds a secret) and in a Landlock domain (raylift.local.isolated)
-        proc, isolation = run_isolated(
+        proc = subprocess.run(
             [str(self.settings.runtime_python), "-m", "llm.check_args", model_path, json.dumps(engine_args)],
-            python=self.settings.runtime_python, env=child_env(), cwd=apps, timeout=300)
-        if isolation.adopted_by_ancestor and runs_remote_code(engine_args):
-            raise ClusterError(
-                "The engine-args check runs the model's own code (allowed by the cluster's connection), but the "
-                "process that adopted it is one of the Airflow worker's own ancestors (no init above the worker, "
-                "e.g. Airflow as a container's PID 1): that code could read the worker's secrets through "
-                "/proc/<pid>/environ. Run Airflow under an init (the official image's dumb-init, Compose's "
-                "`init: true`), or remove the remote-code engine args. Nothing was deployed.")
+            cwd=apps,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=child_env(),  # it imports the model's (user-supplied) code: no credential of the worker's
+        )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
             raise RayliftValueError(f"Could not check engine_args in the runtime env: {proc.stderr[-500:]}")
