@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import boto3
 import pytest
 
-from raylift.errors import ClusterCapacityError, RayliftValueError
+from raylift.errors import ClusterCapacityError, ClusterError, RayliftValueError
 from raylift.targets import get_target
 from raylift.targets.ecs import EcsTarget
 from raylift.targets.ecs_blue_green import GreenPlan
@@ -360,13 +361,62 @@ def green_dashboard() -> Any:
     server.shutdown()
 
 
+class ProxyMetrics:
+    """A stand-in for a Ray head's metrics export (``--metrics-export-port``) with Serve's proxy on it: the gauge
+    ray/serve/_private/request_ingress_metrics.py registers (``serve_num_ongoing_http_requests``, tags node_id and
+    node_ip_address), set by ray/serve/_private/proxy.py as each request starts and ends, exported by Ray's metrics
+    agent under the "ray" namespace (ray/_private/metrics_agent.py), with the tags Ray's exporter adds. ``ongoing``
+    None: the proxy never took a request, so Ray exports no series for it."""
+
+    def __init__(self) -> None:
+        self.ongoing: float | None = None
+        self.served: list[float | None] = []  # each scrape's reading, in order
+
+    def exposition(self) -> bytes:
+        self.served.append(self.ongoing)
+        lines = ["# HELP ray_node_cpu_utilization Total CPU usage", "# TYPE ray_node_cpu_utilization gauge",
+                 'ray_node_cpu_utilization{SessionName="session_2026",ip="127.0.0.1"} 12.5']
+        if self.ongoing is not None:
+            tags = ('Component="core_worker",NodeAddress="127.0.0.1",SessionName="session_2026",Version="2.60.0",'
+                    'node_id="ab12",node_ip_address="127.0.0.1"')
+            lines += ["# HELP ray_serve_num_ongoing_http_requests The number of ongoing requests in this HTTP Proxy.",
+                      "# TYPE ray_serve_num_ongoing_http_requests gauge",
+                      f"ray_serve_num_ongoing_http_requests{{{tags}}} {self.ongoing}"]
+        return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.fixture()
+def proxy_metrics() -> Any:
+    """(the stand-in, its port) on 127.0.0.1: blue's head, as the Cloud Map records of these tests have it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    metrics = ProxyMetrics()
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = metrics.exposition() if self.path == "/metrics" else b"not found"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield metrics, server.server_address[1]
+    server.shutdown()
+
+
 def test_the_release_steps_carry_a_new_image_out_blue_green_through_the_target_interface(
-    s3_proxy: Proxy, direct: Direct, green_dashboard: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    s3_proxy: Proxy, direct: Direct, green_dashboard: int, proxy_metrics: tuple[ProxyMetrics, int],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """What raylift.release.blue_green calls on ECS: the change read without a write, the scale step leaving the
     image to the release, the candidate pair started and reached through its own Cloud Map name, the switch, the
     old pair retired; the next task's target drives the new pair."""
-    from raylift.errors import ClusterError
     from raylift.release.blue_green import STARTED, promote_blue_green
     from raylift.release.state import DeploymentState
     from raylift.store import LocalStore
@@ -377,7 +427,9 @@ def test_the_release_steps_carry_a_new_image_out_blue_green_through_the_target_i
     conn = json.loads(s3_proxy.conn_json())  # Cloud Map's DiscoverInstances: no "data-" host prefix before moto
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
         conn | {"extra": conn["extra"] | {"config_kwargs": {"inject_host_prefix": False}}}))
-    options = {"roll_out_image": True, "dashboard_port": green_dashboard, "endpoint_drain_s": 0.01}
+    metrics, metrics_port = proxy_metrics
+    options = {"roll_out_image": True, "dashboard_port": green_dashboard, "endpoint_drain_s": 0.01,
+               "metrics_port": metrics_port}
     t = target(**options)
     sd = direct("servicediscovery")
     head = next(s["Id"] for s in sd.list_services()["Services"] if s["Name"] == "head")
@@ -423,7 +475,19 @@ def test_the_release_steps_carry_a_new_image_out_blue_green_through_the_target_i
 
     state = DeploymentState(LocalStore(tmp_path), "ecs", "llm")
     state.save_blue_green("run-1", {"serving": pair.serving, "candidate": pair.candidate, "stage": STARTED})
+    # issue 55 item 4: blue is retired when its proxy carries no request, not after a fixed sleep. A stream still
+    # on blue past the drain's deadline: promote fails, the endpoint is green's, blue still runs (nothing cut)
+    metrics.ongoing = 1
+    with pytest.raises(ClusterError, match="was not retired: .*1 request"):
+        promote_blue_green(target(**options, endpoint_drain_timeout_s=0.3), state, "run-1")
+    assert endpoint(direct) == [green_ip]
+    assert [c for c in changes(s3_proxy) if c[0] == "DeleteService"] == []
+    # the retried promote retires blue once the stream ends (1 s on), not before
+    ended: dict[str, float] = {}
+    stream = threading.Timer(1.0, lambda: (ended.update(at=time.monotonic()), setattr(metrics, "ongoing", 0)))
+    stream.start()
     done = promote_blue_green(t, state, "run-1")
+    assert time.monotonic() >= ended["at"] and metrics.served[-2:] == [0, 0]  # two quiet reads in a row
     assert "ray-head, ray-worker scaled in and deleted" in done, done
     assert endpoint(direct) == [green_ip]
     order = [c for c in changes(s3_proxy) if c[0] in ("RegisterInstance", "DeleteService")]

@@ -165,9 +165,9 @@ def test_ray_control_plane_is_open_only_to_airflow_and_ray_itself() -> None:
     assert [r for r in rules.values() if "cidr_ipv4" in r] == [rules["serve_from_vpc"]]
     assert rules["serve_from_vpc"]["from_port"] == '${var.ray_ports["serve"]}'
     assert rules["control_plane_from_airflow"]["referenced_security_group_id"] == "${each.value[1]}"
-    assert '["dashboard", "gcs"]' in rules["control_plane_from_airflow"]["for_each"].replace("'", '"')
+    assert '["dashboard", "gcs", "metrics"]' in rules["control_plane_from_airflow"]["for_each"].replace("'", '"')
     assert rules["ray_between_nodes"]["referenced_security_group_id"] == "${aws_security_group.ray.id}"
-    assert sorted(ecs.variables["ray_ports"]["default"].values()) == [6379, 8000, 8265]
+    assert sorted(ecs.variables["ray_ports"]["default"].values()) == [6379, 8000, 8080, 8265]
     tasks = (TERRAFORM / "modules/ecs_ray/tasks.tf").read_text()
     assert '{ name = "RAY_AUTH_MODE", value = "token" }' in tasks
     assert 'secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_auth.arn }]' in tasks

@@ -66,8 +66,13 @@ class PromoteReleaseOperator(TargetOperator):
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         name, run_id = str(self.app_name), context["run_id"]
         if deployed.get("release") == "blue_green":  # the candidate's cluster already runs it: switch, retire
-            from raylift.release.blue_green import promote_blue_green
+            from raylift.release.blue_green import blue_drain_trigger, promote_blue_green
 
+            drain = blue_drain_trigger(self.target_impl, self.state_for(name), run_id, log=self.log)
+            if drain is not None and self.deferrable:  # the old cluster's requests in flight: waited in the triggerer
+                from datetime import timedelta
+
+                self.defer(trigger=drain, method_name="blue_drained", timeout=timedelta(seconds=drain.timeout_s + 60))
             promote_blue_green(self.target_impl, self.state_for(name), run_id, log=self.log)
             return self._record(context, deployed.get("serve_config"), decision)
         if deployed.get("release") != "canary":
@@ -121,6 +126,15 @@ class PromoteReleaseOperator(TargetOperator):
             self.defer(trigger=trigger, method_name="execute_complete",
                        timeout=timedelta(seconds=self.timeout_s + 60))
         return self.execute_complete(context, trigger.wait())
+
+    def blue_drained(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """After the deferred drain wait of a blue/green release: retire the old cluster (or fail, it still running)."""
+        from raylift.release.blue_green import promote_blue_green
+
+        deployed = self.deployed if isinstance(self.deployed, dict) else {}
+        promote_blue_green(self.target_impl, self.state_for(str(self.app_name)), context["run_id"], drained=event,
+                           log=self.log)
+        return self._record(context, deployed.get("serve_config"), self._decision(context))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":

@@ -79,19 +79,40 @@ def arms(target: Target, state: DeploymentState, run_id: str, config: dict[str, 
             "serving_cluster": pair.serving, "candidate_cluster": pair.candidate}
 
 
-def promote_blue_green(target: Target, state: DeploymentState, run_id: str, *, log: Any = log) -> str:
-    """Switch the endpoint to the candidate cluster, then retire the serving one; says what was done."""
+def switch_blue_green(target: Target, state: DeploymentState, run_id: str, *,
+                      log: Any = log) -> tuple[ClusterPair, dict[str, Any]]:
+    """Switch the endpoint to the candidate cluster (once: a retried step finds it switched); the pair, the record."""
     pair, record = pair_of(target, state, run_id)
     if record is None:
         raise DeployError(f"promote: run {run_id} has no blue/green record: nothing to switch")
     if record.get("stage") == STARTED:
         target.switch_endpoint(pair.candidate)
-        state.save_blue_green(run_id, {**record, "stage": SWITCHED})
         record = {**record, "stage": SWITCHED}
+        state.save_blue_green(run_id, record)
         log.info("promote: the endpoint sends new requests to the %s cluster", pair.candidate)
+    return pair, record
+
+
+def blue_drain_trigger(target: Target, state: DeploymentState, run_id: str, *, log: Any = log) -> Any:
+    """Switch, then the wait for the serving cluster's requests in flight to end before it is retired, where the
+    target has one to defer on (``drain_trigger``: ECS); None where there is nothing to wait for here (retired
+    already, or the target's ``retire_cluster`` waits itself)."""
+    pair, record = switch_blue_green(target, state, run_id, log=log)
+    drain = getattr(target, "drain_trigger", None)
+    if record.get("stage") != SWITCHED or drain is None:
+        return None
+    return drain(pair.serving)
+
+
+def promote_blue_green(target: Target, state: DeploymentState, run_id: str, *, drained: dict[str, Any] | None = None,
+                       log: Any = log) -> str:
+    """Switch the endpoint to the candidate cluster, then retire the serving one once its requests in flight end
+    (``drained``: the event of the target's drain wait, where the caller deferred on it); says what was done."""
+    pair, record = switch_blue_green(target, state, run_id, log=log)
     done = f"the endpoint serves the {pair.candidate} cluster"
     if record.get("stage") == SWITCHED:
-        retired = target.retire_cluster(pair.serving)
+        retire: Any = target.retire_cluster
+        retired = retire(pair.serving) if drained is None else retire(pair.serving, drained=drained)
         state.save_blue_green(run_id, {**record, "stage": RETIRED})
         done += f"; {retired}"
     log.info("promote: %s", done)

@@ -84,9 +84,13 @@ class EcsOptions(AwsOptions):
     # a blue/green release's room: "auto" checks that green fits beside blue before starting it; "none" starts it
     # unchecked (green may only start as blue goes: an announced outage, logged as such)
     blue_green_surge: Literal["auto", "none"] = "auto"
-    # after the switch, how long the old pair keeps serving before it is retired: the endpoint record's DNS TTL
-    # (terraform: 10 s) plus the longest request a client may still send to the old head
+    # after the switch, the old pair is retired once its Serve proxy carries no request (the proxy's own
+    # in-flight gauge, read on the head's Ray metrics port), but never before endpoint_drain_s (the endpoint
+    # record's DNS TTL, terraform: 10 s, plus a margin: a resolver may still send new requests to the old head)
+    # and at most endpoint_drain_timeout_s (then promote fails with the old pair still running: nothing is cut)
     endpoint_drain_s: PositiveSeconds = 60.0
+    endpoint_drain_timeout_s: PositiveSeconds = 3600.0
+    metrics_port: Port = 8080  # Ray's --metrics-export-port on the head (terraform ray_ports["metrics"])
     dashboard_port: Port = 8265
     serve_port: Port = 8000
     serve_host: str = Field("0.0.0.0", min_length=1)  # where Serve's proxy binds on the head

@@ -488,16 +488,37 @@ class EcsBlueGreen:
     def switch_endpoint(self, to: str) -> None:
         self.switch_to_green(self._plan_for(green=to))
 
-    def retire_cluster(self, cluster: str) -> str:
-        """``endpoint_drain_s`` after the switch (resolvers may still hold blue's address for the record's TTL, and
-        requests sent to it finish), blue's services are scaled in and deleted."""
+    def drain_trigger(self, cluster: str) -> Any:
+        """The wait before ``cluster`` (blue, just switched away from) is retired: until its head's Serve proxy
+        carries no request, at least ``endpoint_drain_s`` (the endpoint record's TTL) and at most
+        ``endpoint_drain_timeout_s`` (``raylift.triggers.drain.ServeIngressDrainedTrigger``; deferrable)."""
         import time
 
+        from raylift.triggers.drain import ServeIngressDrainedTrigger
+
+        opts = self.options
+        host = self.on_cluster(cluster).head_host()
+        return ServeIngressDrainedTrigger(
+            f"http://{host}:{opts.metrics_port}/metrics", hold_until=time.time() + float(opts.endpoint_drain_s),
+            timeout_s=float(opts.endpoint_drain_timeout_s), poll_interval_s=float(self.scale_poll_interval_s))
+
+    def retire_cluster(self, cluster: str, drained: dict[str, Any] | None = None) -> str:
+        """Scale in and delete ``cluster``'s services once its proxy has drained: ``drained`` is the event of
+        ``drain_trigger`` (a deferred promote waited in the triggerer), else the wait runs here. A drain that does
+        not end in time fails with blue still running (its streams are never cut; promote's retry retires it)."""
         plan = self._plan_for(blue=cluster)
-        drain = float(self.options.endpoint_drain_s)
-        log.info("blue/green on ECS %r: %s keeps serving for %.0f s after the switch, then is retired",
-                 self.cluster, cluster, drain)
-        time.sleep(drain)
+        if drained is None:
+            log.info("blue/green on ECS %r: %s keeps serving until its requests in flight finish (at least %.0f s, "
+                     "at most %.0f s), then is retired", self.cluster, cluster, self.options.endpoint_drain_s,
+                     self.options.endpoint_drain_timeout_s)
+            drained = self.drain_trigger(cluster).wait()
+        if drained.get("status") != "success":
+            raise ClusterError(
+                f"the old pair {plan.blue_head}/{plan.blue_worker} on ECS {self.cluster!r} was not retired: "
+                f"{drained.get('message', drained.get('status'))}. The endpoint serves the new pair; the old one "
+                "keeps running, so no request was cut. Retry the promote step to retire it once its requests end, "
+                "or raise the target option endpoint_drain_timeout_s. If the metrics port does not answer, open "
+                "Ray's metrics_port (terraform ecs_ray: ray_ports[\"metrics\"]) to the Airflow workers.")
         self.retire_blue(plan)
         return f"the old service pair {plan.blue_head}, {plan.blue_worker} scaled in and deleted"
 

@@ -1,5 +1,6 @@
 # Ray tasks reach each other on every port (GCS, raylets, object transfer, workers). From the rest of the
-# VPC only Serve is open; the dashboard / Jobs API and GCS (cluster control: submit code, read state) only
+# VPC only Serve is open; the dashboard / Jobs API and GCS (cluster control: submit code, read state) and the
+# head's metrics export (read only: a blue/green promote waits there for Serve's proxy to carry no request) only
 # to the Airflow workers' security groups. Nothing from outside the VPC. Ray's token auth is on as well.
 resource "aws_security_group" "ray" {
   name_prefix = "${var.name}-ray-"
@@ -23,7 +24,7 @@ resource "aws_vpc_security_group_ingress_rule" "serve_from_vpc" {
 
 resource "aws_vpc_security_group_ingress_rule" "control_plane_from_airflow" {
   for_each = {
-    for pair in setproduct(["dashboard", "gcs"], var.control_plane_security_group_ids) : "${pair[0]}-${pair[1]}" => pair
+    for pair in setproduct(["dashboard", "gcs", "metrics"], var.control_plane_security_group_ids) : "${pair[0]}-${pair[1]}" => pair
   }
   security_group_id            = aws_security_group.ray.id
   description                  = "Ray ${each.value[0]} from the Airflow workers"

@@ -9,7 +9,7 @@ resource "aws_cloudwatch_log_group" "ray" {
 locals {
   head_address = "${aws_service_discovery_service.head.name}.${var.cloudmap_namespace}"
   ray_commands = {
-    head = "exec ray start --head --port=${var.ray_ports["gcs"]} --dashboard-host=0.0.0.0 --dashboard-port=${var.ray_ports["dashboard"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
+    head = "exec ray start --head --port=${var.ray_ports["gcs"]} --dashboard-host=0.0.0.0 --dashboard-port=${var.ray_ports["dashboard"]} --metrics-export-port=${var.ray_ports["metrics"]} --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"
     # Workers wait for their head's DNS record, then join; ECS restarts them if the head goes away. They read the
     # head from RAY_HEAD_ADDRESS: a blue/green release's green workers get green's head there (raylift's revision).
     worker = "until getent hosts $${RAY_HEAD_ADDRESS%:*}; do echo waiting for $RAY_HEAD_ADDRESS; sleep 5; done; exec ray start --address=$RAY_HEAD_ADDRESS --num-gpus=${var.gpus_per_node} --disable-usage-stats --block"

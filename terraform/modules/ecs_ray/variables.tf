@@ -113,11 +113,12 @@ variable "control_plane_security_group_ids" {
 }
 
 variable "ray_ports" {
-  description = "Ray's ports: serve is reachable from the VPC; dashboard and gcs only from the Ray nodes and control_plane_security_group_ids."
+  description = "Ray's ports: serve is reachable from the VPC; dashboard, gcs and metrics (the head's Prometheus export: a blue/green promote reads Serve's in-flight requests there before retiring the old pair) only from the Ray nodes and control_plane_security_group_ids."
   type        = map(number)
   default = {
     dashboard = 8265
     gcs       = 6379
+    metrics   = 8080
     serve     = 8000
   }
 }
