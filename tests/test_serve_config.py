@@ -41,6 +41,34 @@ def test_route_prefix_clash_is_refused() -> None:
         merge_app(current, app, defaults=base())
 
 
+@pytest.mark.parametrize(("theirs", "ours"), [
+    ("/", "/v1"),              # the finding: an app at /v1 took the OpenAI traffic of the app at /
+    ("/v1", "/"),              # the other way round: the new root app would lose its /v1 to theirs
+    ("/", "/v1/chat"),
+    ("/team", "/team/llm"),    # any nesting below the root: the longer prefix takes the shorter's subtree
+    ("/team/llm", "/team"),
+])
+def test_a_route_prefix_that_shadows_another_apps_is_refused(theirs: str, ours: str) -> None:
+    """Issue 57: Serve routes a request to the longest matching prefix (ray/serve/_private/proxy_router.py,
+    LongestPrefixRouter.match_route: routes sorted longest first, matched at a '/' boundary), so a nested prefix
+    silently takes the other app's traffic; only equal prefixes were refused."""
+    current = {"applications": [{"name": "other", "route_prefix": theirs}]}
+    app = render_app(base(), app_name="llm", working_dir="file:///a.zip", args={}, route_prefix=ours)
+    with pytest.raises(RayliftValueError, match=rf"route_prefix {ours!r} of app 'llm'.*'other' at {theirs!r}"):
+        merge_app(current, app, defaults=base())
+
+
+@pytest.mark.parametrize(("theirs", "ours"), [("/", "/translate"), ("/", "/_canary/llm"), ("/team", "/teams"),
+                                              ("/a/b", "/a/c"), ("/v1x", "/v1")])
+def test_prefixes_that_take_nothing_from_each_other_are_kept(theirs: str, ours: str) -> None:
+    """The documented translator at /translate beside the LLM app at / (its OpenAI API lives under /v1), and
+    prefixes that share characters but no '/'-segment (Serve matches at a '/' boundary)."""
+    current = {"applications": [{"name": "other", "route_prefix": theirs, "import_path": "t:app"}]}
+    app = render_app(base(), app_name="llm", working_dir="file:///a.zip", args={}, route_prefix=ours)
+    merged = merge_app(current, app, defaults=base())
+    assert [a["route_prefix"] for a in merged["applications"]] == [theirs, ours]
+
+
 def test_first_deploy_takes_defaults() -> None:
     app = render_app(base(), app_name="llm", working_dir="file:///a.zip", args={})
     merged = merge_app({"applications": []}, app, defaults={**base(), "http_options": {"port": 1234}})

@@ -195,6 +195,52 @@ def _check_replica_bounds(app: dict[str, Any], dep: dict[str, Any]) -> None:
         )
 
 
+# what an app at "/" answers that another app's prefix must not take: raylift's LLM apps serve the OpenAI API under
+# /v1 (clients, the smoke test and the benchmark call <endpoint>/v1/...)
+ROOT_APP_PATHS = ("/v1",)
+
+
+def _under(path: str, prefix: str) -> bool:
+    """Whether Serve would route ``path`` to ``prefix``'s app if both were routes: a match at a '/' boundary."""
+    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+
+
+def shadowing(prefix: str, other: str) -> str | None:
+    """Why two apps' route prefixes cannot share a cluster, or None. Serve's proxy routes a request to the longest
+    route prefix it starts with, at a '/' boundary (``LongestPrefixRouter.match_route`` in
+    ``ray/serve/_private/proxy_router.py``: routes sorted longest first): so a prefix nested in another's takes that
+    subtree of the other app's traffic, silently. Below the root, any nesting is refused; beside an app at ``/``,
+    a prefix that would take what it serves (:data:`ROOT_APP_PATHS`: the OpenAI API under ``/v1``)."""
+    if prefix == other:
+        return "the same prefix"
+    inner, outer = (prefix, other) if _under(prefix, other) else (other, prefix) if _under(other, prefix) else ("", "")
+    if not inner:
+        return None
+    if outer != "/":
+        return f"{inner!r} lies under {outer!r}: Serve routes by longest prefix, so the app at {inner!r} would " \
+               f"take the {inner!r} traffic of the app at {outer!r}"
+    taken = [p for p in ROOT_APP_PATHS if _under(p, inner) or _under(inner, p)]
+    if taken:
+        return f"{inner!r} would take {taken[0]!r} (the OpenAI API the app at '/' serves) from it: Serve routes by " \
+               "longest prefix"
+    return None
+
+
+def _check_no_shadowing(app: dict[str, Any], apps: list[dict[str, Any]]) -> None:
+    """Refuse ``app`` beside ``apps`` when their route prefixes would take each other's traffic (:func:`shadowing`);
+    a missing prefix is Serve's default, ``/``."""
+    prefix = str(app.get("route_prefix") or "/")
+    for other in apps:
+        why = shadowing(prefix, str(other.get("route_prefix") or "/"))
+        if why:
+            raise RayliftValueError(
+                f"route_prefix {prefix!r} of app {app['name']!r} clashes with app {other.get('name')!r} at "
+                f"{other.get('route_prefix') or '/'!r} ({why}): give the new app a prefix of its own that neither "
+                "holds nor lies under another app's (e.g. '/translate' beside an LLM app at '/'), or deploy it "
+                "under the same app name. Nothing was deployed."
+            )
+
+
 def merge_app(current: dict[str, Any], app: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str, Any]:
     """``current`` with ``app`` added or replaced (by name); other apps and options kept as they are."""
     merged = copy.deepcopy(current) if current.get("applications") else {}
@@ -202,12 +248,6 @@ def merge_app(current: dict[str, Any], app: dict[str, Any], *, defaults: dict[st
         if key not in merged and key in defaults:
             merged[key] = copy.deepcopy(defaults[key])
     apps = [a for a in merged.get("applications", []) if a.get("name") != app["name"]]
-    prefix = app.get("route_prefix")
-    clash = [a["name"] for a in apps if prefix is not None and a.get("route_prefix") == prefix]
-    if clash:
-        raise RayliftValueError(
-            f"route_prefix {prefix!r} of app {app['name']!r} is already used by {clash}: "
-            "give the new app its own route_prefix or deploy it under the same app name."
-        )
+    _check_no_shadowing(app, apps)
     merged["applications"] = [*apps, app]
     return merged
