@@ -133,6 +133,7 @@ def test_remote_code_from_params_is_refused_before_the_check_runs(
     from raylift.targets import resolve_target
 
     monkeypatch.setattr(subprocess, "run", _no_check)  # the local check's runtime Python: never started
+    monkeypatch.setattr("raylift.targets.local.run_isolated", _no_check)
     target = resolve_target("local", {}, None)
     with pytest.raises(RayliftValueError, match=r"engine_args\.\w+ .*allow_remote_code.*cluster_conn_id") as err:
         target.validate_engine_args("/models/m", args)
@@ -148,6 +149,7 @@ def test_remote_code_is_refused_by_a_connection_that_does_not_allow_it_and_run_w
     from raylift.targets import resolve_target
 
     monkeypatch.setattr(subprocess, "run", _no_check)
+    monkeypatch.setattr("raylift.targets.local.run_isolated", _no_check)  # the check's launcher (raylift.local.isolated)
     store = str(tmp_path / "store")
     add_connection(monkeypatch, "dev", kind="local", model_store=store)
     with pytest.raises(RayliftValueError, match=r"connection 'dev'.*extra allow_remote_code"):

@@ -28,6 +28,7 @@ from typing import Any
 from raylift.config import DRAIN_TIMEOUT_S, POLL_INTERVAL_S, LocalSettings
 from raylift.errors import ClusterError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
+from raylift.local.isolated import spawn_isolated
 from raylift.local.processes import LiveProcess, ProcessRecord, working_dir
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,18 @@ class LocalRayCluster:
 
     # -- processes --------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        """A node's environment: the allow-list a process that loads user code gets (``raylift.secrets.child_env``:
+        no credential of the worker's), Ray's own ``RAY_*`` settings but a secret-looking one, and raylift's.
+        The replicas' code runs in these processes. Only a cluster run with token auth (``RAY_AUTH_MODE=token``)
+        gets ``RAY_AUTH_TOKEN``: it is that cluster's own token, which every node needs to take part."""
+        from raylift.secrets import SECRET_NAME, child_env
+
+        env = child_env()
+        env.update({k: v for k, v in os.environ.items() if k.startswith("RAY_") and not SECRET_NAME.search(k)})
+        if "RAY_AUTH_MODE" in os.environ:  # a decision, not a secret (the name matches *AUTH*)
+            env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]
+        if os.environ.get("RAY_AUTH_MODE") == "token" and os.environ.get("RAY_AUTH_TOKEN"):
+            env["RAY_AUTH_TOKEN"] = os.environ["RAY_AUTH_TOKEN"]
         runtime_bin = str(self.s.runtime_python.parent)
         env["PATH"] = f"{runtime_bin}:{env.get('PATH', '')}"
         for var in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
@@ -162,17 +174,13 @@ class LocalRayCluster:
             )
         log_path = self.dir / f"{role}.log"
         self.dir.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [str(ray), "start", "--block", "--disable-usage-stats", *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                cwd=self.dir,
-                start_new_session=True,  # its own process group: stop it and all its children at once
-            )
-        log.info("started Ray %s (pid %s), log %s", role, proc.pid, log_path)
-        return NodeProcess(role, ProcessRecord.of(proc.pid))  # Popen returns once `ray` is exec'd
+        # the node runs the replicas' code: outside the worker's process tree, in its own session (stop it and all
+        # its children at once), with no ancestor whose /proc/<pid>/environ holds the worker's secrets
+        node = spawn_isolated([str(ray), "start", "--block", "--disable-usage-stats", *args],
+                              python=self.s.runtime_python, env=self._env(), cwd=self.dir, log_path=log_path)
+        log.info("started Ray %s (pid %s%s), log %s", role, node.pid,
+                 "" if node.landlock else "; no Landlock on this kernel", log_path)
+        return NodeProcess(role, ProcessRecord.of(node.pid))  # spawn_isolated returns once `ray` is exec'd
 
     def _stop(self, node: NodeProcess, timeout_s: float = 30.0) -> None:
         """Stop ``node``'s process group, only while its pid still names the recorded process."""

@@ -65,6 +65,12 @@ REMOTE_CODE_ENGINE_ARGS: dict[str, tuple[Any, ...]] = {
 }
 
 
+def runs_remote_code(engine_args: Mapping[str, Any]) -> list[str]:
+    """The engine args in ``engine_args`` that run code the run chose (``REMOTE_CODE_ENGINE_ARGS``), sorted."""
+    return sorted(name for name, off in REMOTE_CODE_ENGINE_ARGS.items()
+                  if name in engine_args and engine_args[name] not in off)
+
+
 class Target(ABC):
     """A place raylift deploys to. Subclasses register themselves by ``name``."""
 
@@ -273,8 +279,7 @@ class Target(ABC):
         so it never may: trigger rights are not code-execution rights."""
         from raylift.errors import RayliftValueError
 
-        asked = sorted(name for name, off in REMOTE_CODE_ENGINE_ARGS.items()
-                       if name in engine_args and engine_args[name] not in off)
+        asked = runs_remote_code(engine_args)
         if not asked or self.allow_remote_code:
             return
         where = (f"connection {self.cluster_conn_id!r} does not allow it: set its extra allow_remote_code to true "

@@ -20,11 +20,12 @@ from raylift.config import SERVE_APPS_DIR_NAME, LocalSettings, local_settings, r
 from raylift.errors import ClusterError, RayliftValueError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.cluster import LocalRayCluster
+from raylift.local.isolated import AdoptedByAncestorError, run_isolated
 from raylift.records import Artifact, ClusterExpectation, StagedModel
 from raylift.secrets import child_env
 from raylift.staging import stage_model
 from raylift.store import LocalStore, open_store
-from raylift.targets.base import ClusterPair, Target
+from raylift.targets.base import ClusterPair, Target, runs_remote_code
 from raylift.targets.options import TargetOptions
 from raylift.targets.serve_control import DashboardServeControl
 
@@ -365,14 +366,20 @@ class LocalTarget(DashboardServeControl, Target):
         cached = self.settings.check_cache / "engine-args" / f"{digest.hexdigest()}.json"
         if model.is_dir() and cached.is_file():
             return
-        proc = subprocess.run(
-            [str(self.settings.runtime_python), "-m", "llm.check_args", model_path, json.dumps(engine_args)],
-            cwd=apps,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=child_env(),  # it imports the model's (user-supplied) code: no credential of the worker's
-        )
+        # it imports the model's (user-supplied) code: a minimal environment, outside the worker's process tree
+        # (no ancestor's /proc/<pid>/environ holds a secret) and in a Landlock domain (raylift.local.isolated)
+        try:
+            proc, _ = run_isolated(
+                [str(self.settings.runtime_python), "-m", "llm.check_args", model_path, json.dumps(engine_args)],
+                python=self.settings.runtime_python, env=child_env(), cwd=apps, timeout=300,
+                strict=bool(runs_remote_code(engine_args)))
+        except AdoptedByAncestorError as exc:
+            raise ClusterError(
+                f"The engine-args check was not run: {exc}. It would run the model's own code (the cluster's "
+                "connection allows it) where that code could read the Airflow worker's secrets: there is no init "
+                "above the worker (e.g. Airflow as a container's PID 1). Run Airflow under an init (the official "
+                "image's dumb-init, Compose's `init: true`), or remove the remote-code engine args. Nothing was "
+                "deployed.") from exc
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
             raise RayliftValueError(f"Could not check engine_args in the runtime env: {proc.stderr[-500:]}")
