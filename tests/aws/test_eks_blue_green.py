@@ -1,7 +1,9 @@
 """A blue/green release on EKS (``raylift.targets.eks_blue_green``): the node group, its Auto Scaling group and EC2
 instances in moto; the RayService, its RayClusters and Ray pods in the Kubernetes API stand-in (every apply checked
-against KubeRay's CRD, strict); KubeRay itself played by ``tests.kuberay.kuberay_model`` (its v1.7.0 RayService
-controller, ported), reconciling between raylift's steps as the operator would."""
+against KubeRay's CRD, strict), with KubeRay's Gateway and the HTTPRoutes (``tests.kuberay.gateway_api``); KubeRay
+itself played by ``tests.kuberay.kuberay_model`` (its v1.7.0 RayService controller, ported: the candidate grows only
+once its Gateway is Accepted and Programmed), Envoy Gateway by ``EnvoyGateway`` (an address only from the internal
+NLB terraform's EnvoyProxy asks for), reconciling between raylift's steps as the operators would."""
 
 from __future__ import annotations
 
@@ -34,14 +36,15 @@ from raylift.targets import get_target
 from raylift.targets.eks import EksTarget
 from raylift.triggers.rayservice import RayServiceUpgradeTrigger
 from tests.aws.moto_resources import eks_nodegroups
-from tests.fixtures.kube_rayclusters import KubeRayClustersStandIn, kube_rayclusters  # noqa: F401 - fixture
 from tests.fixtures.kuberay_crd import validate
+from tests.kuberay.gateway_api import EnvoyGateway, KubeGatewayStandIn, kube_gateway  # noqa: F401 - fixture
 from tests.kuberay.kuberay_model import KubeRayModel
 from tests.kuberay.serve_configs import serve_config
 
 NS, SERVICE, BUCKET = "raylift", "llm", "raylift-state"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-vllm:abc"
 NEW_IMAGE = IMAGE.replace(":abc", ":def")
+NLB = "k8s-envoyga-envoyray-0a1b2c3d4e-0123456789abcdef.elb.us-west-2.amazonaws.com"  # internal: VPC-resolvable
 
 
 def target(**extra: Any) -> EksTarget:
@@ -81,9 +84,13 @@ def desired_size() -> int:
 
 
 @pytest.fixture()
-def serving(aws: str, kube_rayclusters: KubeRayClustersStandIn) -> KubeRayModel:  # noqa: F811
+def serving(aws: str, kube_gateway: KubeGatewayStandIn, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+            request: pytest.FixtureRequest) -> KubeRayModel:
     """Two workers serving model "first" from cluster llm-00001 on two g5.2xlarge of node group gpu (maxSize 4),
-    released as any deploy is (scale, then apply) with KubeRay's default NewCluster upgrade strategy."""
+    released as any deploy is (scale, then apply) with KubeRay's default NewCluster upgrade strategy. Envoy Gateway
+    runs for GatewayClass "eg" and its Service gets the internal NLB (``load_balancer`` param: None, no address);
+    it acts in raylift's pauses too (``EksTarget._sleep``)."""
+    kube_rayclusters = kube_gateway
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": s3.meta.region_name})
     eks_nodegroups("ray", {"gpu": {"instanceTypes": ["g5.2xlarge"], "min": 0, "max": 4, "desired": 2}})
@@ -94,6 +101,10 @@ def serving(aws: str, kube_rayclusters: KubeRayClustersStandIn) -> KubeRayModel:
         AutoScalingGroupName=asg_name(), MinSize=0, MaxSize=4, DesiredCapacity=2,
         LaunchTemplate={"LaunchTemplateName": "gpu"}, VPCZoneIdentifier=ng["subnets"][0])
     model = KubeRayModel(kube_rayclusters, NS, SERVICE, lambda: sorted(hosts()))
+    model.envoy = EnvoyGateway(kube_rayclusters, load_balancer=getattr(request, "param", NLB),
+                               services=lambda ns: model.serve_services())
+    envoy = model.envoy
+    monkeypatch.setattr(EksTarget, "_sleep", lambda self, seconds: envoy.reconcile())
     t = target()
     t.scale(workers=2)
     t.apply_serve_config(serve_config(model="first"))
@@ -138,7 +149,11 @@ def test_the_pending_cluster_is_held_beside_the_active_one_until_promote_then_th
         serving: KubeRayModel) -> None:
     model = serving
     t, candidate = held_release(model)
-    assert t.eks_candidate_endpoint() == f"http://{candidate}-serve-svc.{NS}.svc.cluster.local:8000"
+    url = t.eks_candidate_endpoint()
+    assert url == f"http://{NLB}:80/raylift-arm/{candidate}" and "svc.cluster.local" not in url
+    assert model.envoy is not None
+    assert model.envoy.route(f"{url}/llm/v1/models") == (f"{candidate}-serve-svc", "/llm/v1/models")
+    assert model.envoy.route(f"http://{NLB}/llm/v1/models") == ("llm-00001-serve-svc", "/llm/v1/models")  # users
     model.reconcile_times(20)  # however long the gate takes: KubeRay never switches under the hold
     status = model.status()
     assert (model.active(), model.pending(), model.serve_service) == ("llm-00001", candidate, "llm-00001")
@@ -225,8 +240,9 @@ def test_a_hold_without_a_gateway_class_is_refused_before_anything_changes(servi
 RUN = "manual__2025-01-01T00:00:00"
 
 
-def svc(cluster: str) -> str:
-    return f"http://{cluster}-serve-svc.{NS}.svc.cluster.local:8000"
+def arm(cluster: str) -> str:
+    """Where a cluster's arm answers from outside the Kubernetes cluster: KubeRay's Gateway (the internal NLB)."""
+    return f"http://{NLB}:80/raylift-arm/{cluster}"
 
 
 @pytest.fixture()
@@ -285,8 +301,14 @@ def test_a_blue_green_release_holds_the_candidate_measures_both_clusters_then_pr
 
     app = app_by_name(config, "llm") or {}
     measured = arms(target(image=NEW_IMAGE), state, RUN, config, "llm")  # the deploy step's execute_complete
-    assert (measured["endpoint"], measured["baseline_endpoint"]) == (app_url(svc("llm-00002"), app),
-                                                                    app_url(svc("llm-00001"), app))
+    assert (measured["endpoint"], measured["baseline_endpoint"]) == (app_url(arm("llm-00002"), app),
+                                                                    app_url(arm("llm-00001"), app))
+    envoy = model.envoy
+    assert envoy is not None  # each arm reaches its own cluster's Serve, at the app's own path
+    assert envoy.route(measured["endpoint"] + "/v1/completions") == ("llm-00002-serve-svc", app_url("/", app)
+                                                                     + "/v1/completions")
+    assert envoy.route(measured["baseline_endpoint"] + "/v1/completions") == (
+        "llm-00001-serve-svc", app_url("/", app) + "/v1/completions")
     assert (measured["serving_cluster"], measured["candidate_cluster"]) == ("llm-00001", "pending")
     status = model.status()
     assert status["activeServiceStatus"]["trafficRoutedPercent"] == 100  # users stay on the serving cluster
@@ -296,12 +318,15 @@ def test_a_blue_green_release_holds_the_candidate_measures_both_clusters_then_pr
     done = promote_blue_green(target(image=NEW_IMAGE), state, RUN)
     assert (model.active(), model.pending(), model.serve_service) == ("llm-00002", "", "llm-00002")
     assert model.deleted == ["llm-00001"]
-    assert pauses == [0.05]  # the old cluster's pods held its nodes at the first try: KubeRay deleted it meanwhile
+    # one pause per arm's HTTPRoute (Envoy Gateway accepted it meanwhile), then one while the old cluster's pods
+    # held its nodes at the first try of the restore (KubeRay deleted it meanwhile)
+    assert pauses == [0.05, 0.05, 0.05]
     assert stored(model)["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
     assert desired_size() == 2 and len(hosts()) == 2  # the size before the hold, read back from EKS and EC2
     assert {p["status"]["hostIP"] for p in model.kube.ray_pods[(NS, "llm-00002")]} >= set(hosts())
     assert state.blue_green(RUN)["stage"] == RETIRED
     assert "KubeRay deletes the old cluster llm-00001; node group gpu back from 4 to 2 node(s)" in done, done
+    assert sorted(model.kube.httproutes) == [(NS, f"{SERVICE}-httproute")]  # the arms' routes are gone
 
 
 def test_a_rejected_blue_green_release_removes_the_pending_cluster_and_leaves_the_serving_one(
@@ -320,6 +345,7 @@ def test_a_rejected_blue_green_release_removes_the_pending_cluster_and_leaves_th
     assert stored(model)["spec"] == spec_before  # read back from the stand-in: the spec as before the release
     assert desired_size() == 2 and len(hosts()) == 2
     assert state.blue_green(RUN)["stage"] == REMOVED
+    assert sorted(model.kube.httproutes) == [(NS, f"{SERVICE}-httproute")]
     assert undo_blue_green(target(), state, RUN) == (
         "the endpoint already serves the pending cluster (stage removed): nothing rolled back")
 
@@ -341,3 +367,33 @@ def test_a_blue_green_pair_without_a_gateway_class_is_refused_before_anything_ch
         target(image=NEW_IMAGE, upgrade_strategy="None").blue_green_pair()
     assert state.blue_green(RUN) is None
     assert stored(model)["spec"] == spec and desired_size() == 2 and model.created == ["llm-00001"]
+
+
+@pytest.mark.parametrize("serving", [None], indirect=True)  # Envoy's Service never gets a load balancer address
+def test_without_a_gateway_address_kuberay_never_grows_the_candidate_and_raylift_says_why(
+        serving: KubeRayModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KubeRay v1.7 raises the pending cluster's capacity only once its Gateway is Accepted and Programmed
+    (checkIfNeedTargetCapacityUpdate, IsGatewayReady): with the load balancer controller ignoring Envoy's Service
+    (the stack before its EnvoyProxy), the held candidate stays at capacity 0 and the release cannot measure it."""
+    model = serving
+    t = target(image=NEW_IMAGE)
+    t.hold_candidate(serve_config(model="first"))
+    eks_follows_the_node_group()
+    model.reconcile_times(12)
+    gateway = model.kube.gateways[(NS, f"{SERVICE}-gateway")]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in gateway["status"]["conditions"]}
+    assert conditions == {"Accepted": ("True", "Accepted"), "Programmed": ("False", "AddressNotAssigned")}
+    assert model.capacity_blocked == "Gateway for RayService NewClusterWithIncrementalUpgrade is not ready."
+    assert model.pending() == "llm-00002" and model.status()["pendingServiceStatus"].get("targetCapacity", 0) == 0
+    event = round_trip(t.candidate_trigger(app_names=["llm"], timeout_s=0.3)).wait()
+    assert event["status"] == "timeout", event
+    assert f"Gateway {NS}/{SERVICE}-gateway is Accepted and Programmed" in event["message"], event
+    with pytest.raises(ClusterError, match=r"is not Accepted and Programmed with an address.*internal NLB"):
+        t.eks_candidate_endpoint()
+    assert model.kube.httproutes.keys() == {(NS, f"{SERVICE}-httproute")}  # no arm route was applied
+
+    model.envoy = EnvoyGateway(model.kube, load_balancer=NLB, services=lambda ns: model.serve_services())
+    model.reconcile_times(3)  # the address arrives (terraform's EnvoyProxy): KubeRay grows the candidate
+    assert model.status()["pendingServiceStatus"]["targetCapacity"] == 100
+    assert model.status()["pendingServiceStatus"]["trafficRoutedPercent"] == 0
+    assert round_trip(t.candidate_trigger(app_names=["llm"], timeout_s=5)).wait()["status"] == "success"

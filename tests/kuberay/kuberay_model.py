@@ -8,8 +8,16 @@ CRDs in ../shared/reference/kuberay are from), function by function: ``Reconcile
 state, ``reconcileServe`` of the pending then the active cluster, the Gateway's HTTPRoute, the Services, then
 ``calculateStatus``), ``reconcileRollbackState``, ``reconcileServeTargetCapacity`` with
 ``checkIfNeedTargetCapacityUpdate``, ``calculateTrafficRoutedPercent``, ``reconcilePromotionAndServingStatus``,
-``shouldCompleteIncrementalRollback``, ``shouldPrepareNewCluster`` and ``calculateConditions``. Left out: the
-Gateway's own readiness (taken as ready), Serve itself (a cluster's apps are RUNNING once ``ready``; ``mark_ready``),
+``shouldCompleteIncrementalRollback``, ``shouldPrepareNewCluster``, ``calculateConditions``, ``createGateway`` /
+``reconcileGateway`` and ``createHTTPRoute`` / ``reconcileHTTPRoute`` (the Gateway ``<rayservice>-gateway`` with one
+HTTP listener on port 80, the HTTPRoute ``<rayservice>-httproute`` on ``/`` to both clusters' ``<cluster>-serve-svc``
+with their weights), written to the Kubernetes API stand-in. Capacity moves only where ``checkIfNeedTargetCapacityUpdate``
+lets it: both clusters named, ``utils.IsGatewayReady`` (``ray-operator/controllers/ray/utils/util.go``: the Gateway's
+``Accepted`` and ``Programmed`` conditions True) and ``utils.IsHTTPRouteReady`` (the route's parent entry for that
+Gateway ``Accepted`` and ``ResolvedRefs`` True); whoever writes those statuses (``tests.kuberay.gateway_api``'s
+``EnvoyGateway``, reconciled after each KubeRay reconcile) decides. The cluster hash is
+``utils.GenerateHashWithoutReplicasAndWorkersToDelete`` of ``rayClusterSpecForHashing`` (``_hash`` below), never
+raylift's. Left out: Serve itself (a cluster's apps are RUNNING once ``ready``; ``mark_ready``),
 the interval between traffic steps (every reconcile counts as one interval: the most a hold can be pushed), the
 deletion delay (an unreferenced cluster goes at the next reconcile) and appended worker groups.
 """
@@ -25,8 +33,8 @@ from typing import Any
 
 import yaml
 
-from raylift.kuberay.upgrade import _hashed
-from tests.fixtures.kube_rayclusters import KubeRayClustersStandIn, ray_pod
+from tests.fixtures.kube_rayclusters import ray_pod
+from tests.kuberay.gateway_api import GATEWAY_API, EnvoyGateway, KubeGatewayStandIn
 
 INCREMENTAL = "NewClusterWithIncrementalUpgrade"
 HEAD_HOSTS = "10.0.200."  # the ray-head NodePool's nodes: not in the worker node group
@@ -42,7 +50,7 @@ class Cluster:
 
 @dataclass
 class KubeRayModel:
-    kube: KubeRayClustersStandIn
+    kube: KubeGatewayStandIn
     namespace: str
     name: str
     worker_hosts: Callable[[], list[str]]  # the worker node group's instance IPs, as EC2 has them now
@@ -52,6 +60,8 @@ class KubeRayModel:
     route: tuple[int, int] | None = None  # the HTTPRoute's (active, pending) weights
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    envoy: EnvoyGateway | None = None  # the Gateway API controller; None: none runs, no Gateway is ever ready
+    capacity_blocked: str = ""  # why checkIfNeedTargetCapacityUpdate last said no (its message), for the tests
 
     # -- what the test reads -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -118,7 +128,7 @@ class KubeRayModel:
         pending_ready = active_ready = False
         if pending:
             pending_ready = pending.ready
-            if upgrading:
+            if upgrading and self._need_target_capacity_update(status, is_true):
                 self._target_capacity(status, options, pending.name, rolling_back)
             status["pendingServiceStatus"]["applicationStatuses"] = self._apps(spec, pending)
         if active and not pending and not self._should_prepare(spec, goal, active, None, False, is_true):
@@ -126,11 +136,14 @@ class KubeRayModel:
             status["activeServiceStatus"]["applicationStatuses"] = self._apps(spec, active)
         elif active and pending and incremental:
             active_ready = active.ready
-            if upgrading:
+            if upgrading and self._need_target_capacity_update(status, is_true):
                 self._target_capacity(status, options, active.name, rolling_back)
-        # reconcileHTTPRoute
+        # reconcileGateway, reconcileHTTPRoute (createHTTPRoute: only once the active cluster exists)
         if incremental:
+            self._reconcile_gateway(options)
             self.route = self._weights(status, options, pending_ready, rolling_back)
+            if active:
+                self._reconcile_httproute(active, pending, self.route)
         # reconcileServicesToReadyCluster
         if pending_ready or active_ready:
             target = active
@@ -183,6 +196,8 @@ class KubeRayModel:
         status["observedGeneration"] = obj["metadata"]["generation"]
         status["serviceStatus"] = "Running" if self.serve_service else ""
         self.kube.write_status(self.namespace, self.name, status)
+        if self.envoy is not None:  # the Gateway API controller acts between KubeRay's reconciles
+            self.envoy.reconcile()
 
     # -- the controller's helpers --------------------------------------------------------------------
     def _should_prepare(self, spec: dict[str, Any], goal: str, active: Cluster | None, pending: Cluster | None,
@@ -198,6 +213,70 @@ class KubeRayModel:
             return False
         kind = (spec.get("upgradeStrategy") or {}).get("type") or "NewCluster"
         return kind in ("NewCluster", INCREMENTAL)
+
+    def _need_target_capacity_update(self, status: dict[str, Any], is_true: Callable[[str], bool]) -> bool:
+        """``checkIfNeedTargetCapacityUpdate`` (rayservice_controller.go, v1.7.0): the Gateway and the HTTPRoute
+        ready (``utils.IsGatewayReady``, ``utils.IsHTTPRouteReady``), then whether the capacities have a step left."""
+        a, p = status["activeServiceStatus"], status["pendingServiceStatus"]
+        why = ""
+        gateway = self.kube.gateways.get((self.namespace, f"{self.name}-gateway"))
+        route = self.kube.httproutes.get((self.namespace, f"{self.name}-httproute"))
+        if not a.get("rayClusterName") or not p.get("rayClusterName"):
+            why = "Both active and pending RayCluster instances are required for NewClusterWithIncrementalUpgrade."
+        elif gateway is None:
+            why = "Failed to retrieve Gateway for RayService"
+        elif not is_gateway_ready(gateway):
+            why = "Gateway for RayService NewClusterWithIncrementalUpgrade is not ready."
+        elif route is None:
+            why = "Failed to retrieve HTTPRoute for RayService"
+        elif not is_httproute_ready(gateway, route):
+            why = "HTTPRoute for RayService NewClusterWithIncrementalUpgrade is not ready."
+        elif None not in (a.get("targetCapacity"), a.get("trafficRoutedPercent"), p.get("targetCapacity"),
+                          p.get("trafficRoutedPercent")):
+            a_cap, p_cap = int(a["targetCapacity"]), int(p["targetCapacity"])
+            if is_true("RollbackInProgress") and (a_cap, p_cap) == (100, 0):
+                why = "Rollback complete: all traffic has been restored to the active cluster."
+            elif not is_true("RollbackInProgress") and (a_cap, p_cap) == (0, 100):
+                why = "All traffic has migrated to the upgraded cluster and NewClusterWithIncrementalUpgrade is complete."
+        self.capacity_blocked = why
+        return not why
+
+    def _reconcile_gateway(self, options: dict[str, Any]) -> None:
+        """``createGateway`` / ``reconcileGateway``: ``<rayservice>-gateway``, one HTTP listener "http" on 80
+        (``utils.GatewayListenerPortName``, ``utils.DefaultGatewayListenerPort``); status is its controller's."""
+        key = (self.namespace, f"{self.name}-gateway")
+        spec = {"gatewayClassName": options["gatewayClassName"],
+                "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}
+        existing = self.kube.gateways.get(key)
+        if existing is None:
+            self.kube.gateways[key] = {"apiVersion": GATEWAY_API, "kind": "Gateway", "metadata": {
+                "name": key[1], "namespace": key[0], "generation": 1}, "spec": spec, "status": {}}
+        elif existing["spec"] != spec:
+            existing["spec"] = spec
+            existing["metadata"]["generation"] += 1
+
+    def _reconcile_httproute(self, active: Cluster, pending: Cluster | None, weights: tuple[int, int]) -> None:
+        """``createHTTPRoute`` / ``reconcileHTTPRoute``: ``<rayservice>-httproute``, PathPrefix "/" to the active
+        (and pending) cluster's ``<cluster>-serve-svc`` on the serve port, with their weights."""
+        key = (self.namespace, f"{self.name}-httproute")
+        backends = [{"name": f"{active.name}-serve-svc", "namespace": self.namespace, "port": 8000,
+                     "weight": weights[0]}]
+        if pending is not None:
+            backends.append({"name": f"{pending.name}-serve-svc", "namespace": self.namespace, "port": 8000,
+                             "weight": weights[1]})
+        spec = {"parentRefs": [{"name": f"{self.name}-gateway", "namespace": self.namespace}],
+                "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends}]}
+        existing = self.kube.httproutes.get(key)
+        if existing is None:
+            self.kube.httproutes[key] = {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": {
+                "name": key[1], "namespace": key[0], "generation": 1}, "spec": spec, "status": {}}
+        elif existing["spec"] != spec:
+            existing["spec"] = spec
+            existing["metadata"]["generation"] += 1
+
+    def serve_services(self) -> set[str]:
+        """The per-cluster Serve Services that exist (``reconcilePerClusterServeService``: one per cluster)."""
+        return {f"{c}-serve-svc" for c in self.clusters}
 
     def _target_capacity(self, status: dict[str, Any], options: dict[str, Any], cluster: str, rolling_back: bool) -> None:
         """``checkIfNeedTargetCapacityUpdate`` then ``reconcileServeTargetCapacity`` for ``cluster``."""
@@ -279,6 +358,72 @@ class KubeRayModel:
         self.deleted.append(name)
 
 
+def is_gateway_ready(gateway: dict[str, Any]) -> bool:
+    """``utils.IsGatewayReady`` (ray-operator/controllers/ray/utils/util.go, v1.7.0): Accepted and Programmed True."""
+    conditions = {c["type"]: c["status"] for c in (gateway.get("status") or {}).get("conditions") or []}
+    return conditions.get("Accepted") == "True" and conditions.get("Programmed") == "True"
+
+
+def is_httproute_ready(gateway: dict[str, Any], route: dict[str, Any]) -> bool:
+    """``utils.IsHTTPRouteReady`` (same file): the route's parent entry for this Gateway (by name, and namespace
+    when given) has Accepted and ResolvedRefs True."""
+    for parent in (route.get("status") or {}).get("parents") or []:
+        ref = parent.get("parentRef") or {}
+        if ref.get("name") != gateway["metadata"]["name"]:
+            continue
+        if ref.get("namespace") is not None and ref["namespace"] != gateway["metadata"]["namespace"]:
+            continue
+        conditions = {c["type"]: c["status"] for c in parent.get("conditions") or []}
+        if conditions.get("Accepted") == "True" and conditions.get("ResolvedRefs") == "True":
+            return True
+    return False
+
+
 def _hash(spec: dict[str, Any]) -> str:
-    """KubeRay's ``GenerateHashWithoutReplicasAndWorkersToDelete`` of ``rayClusterConfig`` (as raylift ports it)."""
-    return json.dumps(_hashed(spec.get("rayClusterConfig")), sort_keys=True)
+    """KubeRay v1.7.0's ``utils.GenerateHashWithoutReplicasAndWorkersToDelete`` (ray-operator/controllers/ray/utils/
+    util.go) of ``rayClusterSpecForHashing(rayService)`` (rayservice_controller.go: ``spec.rayClusterConfig`` with
+    ``suspend`` nil): the head's and each worker group's pod ``tolerations`` and ``schedulingGates`` nil, each worker
+    group's ``replicas``, ``minReplicas``, ``maxReplicas`` and ``scaleStrategy.workersToDelete`` nil, the RayCluster
+    spec's ``upgradeStrategy`` nil; then ``GenerateJsonHash``: SHA-1 of the JSON, base32 (hex alphabet).
+
+    Go marshals the typed struct, so a nil pointer, slice or map with ``omitempty`` is left out and an empty
+    ``scaleStrategy`` struct is ``{}``: the port drops None values and empty collections the same way (``_go_json``)
+    and writes ``scaleStrategy`` as ``{}`` when present, so equal specs hash equal as in Go."""
+    import base64
+    import hashlib
+
+    config = copy.deepcopy(spec.get("rayClusterConfig") or {})
+    config.pop("suspend", None)  # rayClusterSpecForHashing
+    head_pod = ((config.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
+    head_pod.pop("tolerations", None)
+    head_pod.pop("schedulingGates", None)
+    for group in config.get("workerGroupSpecs") or []:
+        for key in ("replicas", "maxReplicas", "minReplicas"):
+            group.pop(key, None)
+        scale = dict(group.get("scaleStrategy") or {})
+        scale.pop("workersToDelete", None)
+        group["scaleStrategy"] = scale  # a struct, not a pointer: Go writes {} even when empty
+        pod = (group.get("template") or {}).get("spec") or {}
+        pod.pop("tolerations", None)
+        pod.pop("schedulingGates", None)
+    config.pop("upgradeStrategy", None)
+    serial = json.dumps(_go_json(config), sort_keys=True, separators=(",", ":")).encode()
+    return base64.b32hexencode(hashlib.sha1(serial).digest()).decode()  # noqa: S324 - KubeRay's own choice
+
+
+def _go_json(value: Any, *, keep_empty: bool = False) -> Any:
+    """A JSON value as Go's encoding/json writes the typed struct back: nil (None) and empty ``omitempty``
+    collections left out; ``scaleStrategy`` kept as ``{}`` (see ``_hash``)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if v is None:
+                continue
+            v = _go_json(v, keep_empty=k == "scaleStrategy")
+            if (isinstance(v, (dict, list)) and not v) and k != "scaleStrategy":
+                continue
+            out[k] = v
+        return out
+    if isinstance(value, list):
+        return [_go_json(v) for v in value]
+    return value

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+GATEWAY_GROUP, GATEWAY_VERSION = "gateway.networking.k8s.io", "v1"
 
 __all__ = ["APPLY_CONTENT_TYPE", "AppStatus", "KubeRayHook", "RayServiceStatus", "rayservice_status"]
 
@@ -129,6 +130,42 @@ class KubeRayHook(KubernetesHook):
             raise _api_error("delete", namespace, name, err) from None
         return True
 
+    # -- Gateway API: KubeRay's Gateway (read) and the release's per-arm HTTPRoutes (raylift.targets.eks_blue_green)
+    def get_gateway_object(self, plural: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """A ``gateway.networking.k8s.io/v1`` object (``plural`` "gateways" or "httproutes"), or None when absent."""
+        try:
+            obj: dict[str, Any] = self.custom_object_client.get_namespaced_custom_object(
+                group=GATEWAY_GROUP, version=GATEWAY_VERSION, namespace=namespace, plural=plural, name=name)
+        except _api_exception() as err:
+            if err.status == 404:
+                return None
+            raise _gateway_api_error("get", plural, namespace, name, err) from None
+        return obj
+
+    def apply_httproute(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of an HTTPRoute (``fieldManager=raylift``, ``force``, strict field validation)."""
+        meta = manifest["metadata"]
+        try:
+            response = self.custom_object_client.patch_namespaced_custom_object(
+                group=GATEWAY_GROUP, version=GATEWAY_VERSION, namespace=meta["namespace"], plural="httproutes",
+                name=meta["name"], body=manifest, field_manager=FIELD_MANAGER, force=True,
+                field_validation="Strict", _content_type=APPLY_CONTENT_TYPE, _preload_content=False)
+        except _api_exception() as err:
+            raise _gateway_api_error("apply", "httproutes", meta["namespace"], meta["name"], err) from None
+        result: dict[str, Any] = json.loads(response.data)
+        return result
+
+    def delete_httproute(self, name: str, namespace: str) -> bool:
+        """Delete an HTTPRoute; False when it was already gone."""
+        try:
+            self.custom_object_client.delete_namespaced_custom_object(
+                group=GATEWAY_GROUP, version=GATEWAY_VERSION, namespace=namespace, plural="httproutes", name=name)
+        except _api_exception() as err:
+            if err.status == 404:
+                return False
+            raise _gateway_api_error("delete", "httproutes", namespace, name, err) from None
+        return True
+
 
 def _api_exception() -> type[ApiException]:
     from kubernetes.client.exceptions import ApiException
@@ -157,5 +194,14 @@ def _api_error(verb: str, namespace: str, name: str, err: Any) -> KubernetesApiE
         f"Kubernetes refused to {verb} RayService {namespace}/{name}: HTTP {err.status}: {reason}. "
         "Check the connection's cluster, credentials (RBAC on rayservices.ray.io) and that KubeRay "
         "is installed.",
+        status=getattr(err, "status", None),
+    )
+
+
+def _gateway_api_error(verb: str, plural: str, namespace: str, name: str, err: Any) -> KubernetesApiError:
+    return KubernetesApiError(
+        f"Kubernetes refused to {verb} {plural}.{GATEWAY_GROUP} {namespace}/{name}: HTTP {err.status}: "
+        f"{_api_message(err)}. Check that the Gateway API CRDs are installed (terraform's blue_green_gateway) and "
+        f"that the connection's identity may {verb} {plural} in {namespace}.",
         status=getattr(err, "status", None),
     )

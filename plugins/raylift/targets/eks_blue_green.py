@@ -61,6 +61,14 @@ HOLD_NEEDS_GATEWAY = (
     "GatewayClass (a Gateway API controller must run in the cluster). Without one, release in place "
     "(apply_serve_config: KubeRay's NewCluster upgrade, switched on health)."
 )
+GATEWAY_PORT = 80  # KubeRay's utils.DefaultGatewayListenerPort: the "http" listener of the Gateway it creates
+ARM_PREFIX = "/raylift-arm"  # the path under which each arm's HTTPRoute answers on that Gateway
+ARM_ROUTE_WAIT_S = 60.0  # how long the Gateway controller may take to accept an arm's HTTPRoute
+GATEWAY_ADDRESS_HINT = (
+    "Its controller gives it an address through a LoadBalancer Service: terraform's eks_ray module "
+    "(blue_green_gateway = true) has Envoy Gateway ask the AWS Load Balancer Controller for an internal NLB "
+    "(EnvoyProxy raylift-internal-nlb on the GatewayClass). Check `kubectl get gateway -n <namespace>` and the "
+    "envoy Service in envoy-gateway-system; KubeRay does not grow the candidate before the Gateway is Programmed.")
 CANDIDATE = "pending"  # the candidate's name in a ClusterPair: KubeRay names the pending cluster when it creates it
 DELETION_DELAY_S = 60.0  # KubeRay's default rayClusterDeletionDelaySeconds: an unreferenced cluster goes this late
 RESTORE_MARGIN_S = 120.0  # beyond that delay: KubeRay's next reconcile, the pods' graceful termination
@@ -225,7 +233,67 @@ class EksBlueGreen:
             raise ClusterError(f"RayService {self.namespace}/{self.rayservice_name} has no pending cluster "
                                f"({view.describe()}): there is no candidate to measure. Hold one first "
                                "(hold_candidate), and wait for candidate_trigger.")
-        return f"http://{view.pending}-serve-svc.{self.namespace}.svc.cluster.local:{SERVE_PORT}"
+        return self.arm_url(view.pending)
+
+    def arm_url(self, cluster: str) -> str:
+        """Where one Ray cluster's Serve answers from outside the Kubernetes cluster: KubeRay's own Gateway for this
+        upgrade (``<rayservice>-gateway``, whose address is the internal NLB terraform's EnvoyProxy asks for), path
+        ``/raylift-arm/<cluster>``, routed by an HTTPRoute raylift applies to that cluster's ``<cluster>-serve-svc``
+        alone (the prefix rewritten to ``/``). Why: the benchmark and the smoke test run in Airflow's workers,
+        which on MWAA or an ECS-hosted Airflow resolve no ``*.svc.cluster.local`` name; the Gateway is the one
+        address KubeRay's hold already needs ready (Accepted and Programmed) before the candidate grows, so no
+        load balancer is added per arm. KubeRay's own HTTPRoute keeps ``/`` with its weights (users' traffic is
+        not changed: the longest prefix wins). ClusterError, naming what to fix, when the Gateway is missing or has
+        no address, or when the route is not accepted in time; the route is applied again on a retry."""
+        from tenacity import (
+            RetryError,
+            Retrying,
+            retry_if_result,
+            stop_after_attempt,
+            stop_after_delay,
+            wait_fixed,
+        )
+
+        self._check_cluster_name(cluster)
+        hook = self._kuberay()
+        gateway_name = f"{self.rayservice_name}-gateway"
+        gateway = hook.get_gateway_object("gateways", gateway_name, self.namespace)
+        address = gateway_address(gateway)
+        if gateway is None or not is_gateway_ready(gateway) or not address:
+            raise ClusterError(
+                f"Gateway {self.namespace}/{gateway_name} (KubeRay's, for the held upgrade) "
+                f"{'does not exist' if gateway is None else 'is not Accepted and Programmed with an address'}: "
+                f"the release's arms are measured through it. {GATEWAY_ADDRESS_HINT}")
+        route = arm_route(self.rayservice_name, self.namespace, cluster, gateway_name, SERVE_PORT)
+        live = self._live()
+        uid = (live.get("metadata") or {}).get("uid")
+        if uid:  # Kubernetes deletes the route with the RayService, whatever happens to this release
+            route["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayService",
+                                                     "name": self.rayservice_name, "uid": uid}]
+        hook.apply_httproute(route)
+        name = route["metadata"]["name"]
+        routes = sorted({*self.blue_green_record().get("arm_routes", []), name})
+        self._write_record(arm_routes=routes)
+        tries = math.ceil(ARM_ROUTE_WAIT_S / self.poll_interval_s) + 1  # a sleep that does not sleep stops too
+        retrying = Retrying(stop=stop_after_delay(ARM_ROUTE_WAIT_S) | stop_after_attempt(tries),
+                            wait=wait_fixed(self.poll_interval_s), retry=retry_if_result(lambda ready: not ready),
+                            sleep=self._sleep)
+        try:
+            retrying(lambda: is_httproute_ready(gateway, hook.get_gateway_object("httproutes", name, self.namespace)))
+        except RetryError:
+            raise ClusterError(
+                f"HTTPRoute {self.namespace}/{name} (cluster {cluster}'s arm on Gateway {gateway_name}) was not "
+                f"Accepted with its references resolved within {ARM_ROUTE_WAIT_S:.0f} s: check that Service "
+                f"{cluster}-serve-svc exists and the Gateway controller runs (kubectl describe httproute {name} "
+                f"-n {self.namespace}). The serving cluster is untouched; run the step again.") from None
+        return f"http://{_host(address)}:{GATEWAY_PORT}{ARM_PREFIX}/{cluster}"
+
+    def _remove_arm_routes(self) -> None:
+        """The release's arm HTTPRoutes deleted (they outlive nothing: KubeRay may delete their clusters)."""
+        hook = self._kuberay()
+        for name in self.blue_green_record().get("arm_routes", []):
+            hook.delete_httproute(name, self.namespace)
+        self._write_record(arm_routes=[])
 
     # -- 3. end ------------------------------------------------------------------------------------
     def promote_candidate(self) -> str:
@@ -426,8 +494,7 @@ class EksBlueGreen:
                                   endpoint_url=bound.eks_candidate_endpoint)
         else:
             self._check_cluster_name(cluster)
-            url = self._serve_url(cluster)
-            bound.__dict__["endpoint_url"] = lambda: url
+            bound.__dict__["endpoint_url"] = lambda: bound.arm_url(cluster)
         return bound
 
     def _write_candidate(self, config: dict[str, Any]) -> None:
@@ -436,9 +503,6 @@ class EksBlueGreen:
     def _candidate_deploy_trigger(self, *, app_names: list[str], timeout_s: float,
                                   optional: bool = False) -> RayServiceUpgradeTrigger:
         return self.candidate_trigger(app_names=app_names, timeout_s=timeout_s)
-
-    def _serve_url(self, cluster: str) -> str:
-        return f"http://{cluster}-serve-svc.{self.namespace}.svc.cluster.local:{SERVE_PORT}"
 
     def _check_cluster_name(self, cluster: str) -> None:
         if not cluster or "/" in cluster or cluster != cluster.strip():
@@ -495,6 +559,7 @@ class EksBlueGreen:
         if cluster in (CANDIDATE, view.active) or view.pending:
             raise ClusterError(f"Cluster {cluster!r} of RayService {self.namespace}/{self.rayservice_name} is not "
                                f"retired: the switch has not happened ({view.describe()}). Nothing was changed.")
+        self._remove_arm_routes()
         return f"KubeRay deletes the old cluster {cluster}; {self._restore_retried()}"
 
     def remove_cluster(self, cluster: str) -> str:
@@ -504,6 +569,7 @@ class EksBlueGreen:
         if cluster != CANDIDATE:
             raise ClusterError(f"On EKS a blue/green release removes the pending cluster ({CANDIDATE!r}), never "
                                f"{cluster!r}. Nothing was changed.")
+        self._remove_arm_routes()
         if self.blue_green_record().get("state") not in ("holding", "promoting", "removing"):
             return f"no candidate cluster was started; {self._restore_retried()}"
         candidate = self.remove_candidate()
@@ -550,6 +616,51 @@ class EksBlueGreen:
 
 # the methods ``on_cluster`` shadows on its copy
 _BOUND_METHODS = ("apply_serve_config", "deploy_trigger", "endpoint_url")
+
+
+def is_gateway_ready(gateway: Mapping[str, Any] | None) -> bool:
+    """KubeRay's ``utils.IsGatewayReady`` (v1.7.0, ray-operator/controllers/ray/utils/util.go): the Gateway's
+    ``Accepted`` and ``Programmed`` conditions both True."""
+    conditions = {c.get("type"): c.get("status") for c in ((gateway or {}).get("status") or {}).get("conditions") or []}
+    return conditions.get("Accepted") == "True" and conditions.get("Programmed") == "True"
+
+
+def is_httproute_ready(gateway: Mapping[str, Any], route: Mapping[str, Any] | None) -> bool:
+    """KubeRay's ``utils.IsHTTPRouteReady`` (same file): the route's ``status.parents`` entry for ``gateway`` has
+    ``Accepted`` and ``ResolvedRefs`` True."""
+    meta = gateway.get("metadata") or {}
+    for parent in ((route or {}).get("status") or {}).get("parents") or []:
+        ref = parent.get("parentRef") or {}
+        if ref.get("name") != meta.get("name") or ref.get("namespace") not in (None, meta.get("namespace")):
+            continue
+        conditions = {c.get("type"): c.get("status") for c in parent.get("conditions") or []}
+        if conditions.get("Accepted") == "True" and conditions.get("ResolvedRefs") == "True":
+            return True
+    return False
+
+
+def gateway_address(gateway: Mapping[str, Any] | None) -> str:
+    """The Gateway's first ``status.addresses`` value (a hostname for an NLB), or ""."""
+    addresses = ((gateway or {}).get("status") or {}).get("addresses") or []
+    return str(addresses[0].get("value") or "") if addresses else ""
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address  # an IPv6 address in a URL
+
+
+def arm_route(rayservice: str, namespace: str, cluster: str, gateway: str, port: int) -> dict[str, Any]:
+    """The HTTPRoute that sends ``/raylift-arm/<cluster>/...`` on ``gateway`` to that cluster's Serve Service only
+    (Gateway API v1: a ``PathPrefix`` match, a ``URLRewrite`` filter with ``ReplacePrefixMatch`` "/")."""
+    name = f"{rayservice}-arm-{cluster}"[:253]
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "raylift", "ray.io/cluster": cluster}},
+            "spec": {"parentRefs": [{"name": gateway, "namespace": namespace}],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"{ARM_PREFIX}/{cluster}"}}],
+                                "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {
+                                    "type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
+                                "backendRefs": [{"name": f"{cluster}-serve-svc", "port": port}]}]}}
 
 
 def describe_cluster_change(old_spec: Mapping[str, Any], new_spec: Mapping[str, Any]) -> str:

@@ -252,7 +252,14 @@ class RayServiceUpgradeTrigger(RayServiceReadyTrigger):
 
     def progress(self, status: Any) -> tuple[str, dict[str, Any]]:
         view: UpgradeView = status
-        return view.describe(), {"view": view.describe()}
+        text = view.describe()
+        if self.condition == "held" and view.pending and view.pending_capacity != 100:
+            # KubeRay v1.7's checkIfNeedTargetCapacityUpdate raises nothing before utils.IsGatewayReady and
+            # utils.IsHTTPRouteReady: a Gateway without an address holds the candidate at capacity 0 for good
+            text += (f"; KubeRay raises the pending cluster's capacity only once Gateway {self.namespace}/"
+                     f"{self.name}-gateway is Accepted and Programmed (an address from its load balancer) and its "
+                     f"HTTPRoute accepted: kubectl get gateway,httproute -n {self.namespace}")
+        return text, {"view": view.describe()}
 
     def poll(self) -> Any:
         return upgrade_view(self._kuberay().get_rayservice(self.name, self.namespace))
