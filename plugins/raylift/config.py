@@ -250,7 +250,11 @@ REPORTS_URL_PREFIX = "/raylift-reports"
 
 # Timeouts (seconds) for the long waits; operators expose them as arguments.
 CLUSTER_READY_TIMEOUT_S = 180
+# How long the deploy step (and promote's rollout) waits for Serve to report the app RUNNING: the default of the
+# deploy_timeout_s Param. Short for a Neuron compile or a new GPU node pulling a multi-GB image: raise the Param.
 DEPLOY_TIMEOUT_S = 600
+# The Param's bounds: under 30 s no replica loads; over 24 h the wait outlives the run's writer lease many times.
+MIN_DEPLOY_TIMEOUT_S, MAX_DEPLOY_TIMEOUT_S = 30, 24 * 3600
 # A check run as a Ray job on a cluster raylift did not start (target 'ray'): importing vLLM there is ~20 s.
 RAY_JOB_TIMEOUT_S = 300.0
 # Start-before-stop rollouts: Ray Serve 2.60, at its default, stops an old replica *before* starting its
@@ -327,6 +331,7 @@ PARAM_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     # serving
     "app_name": DEFAULT_APP_NAME, "serve_config": "auto", "route_prefix": None, "replicas": 1,
     "surge_replicas": ROLLOUT_SURGE_REPLICAS, "autoscaling": {}, "workers": 0, "engine_args": {}, "app_args": {},
+    "deploy_timeout_s": DEPLOY_TIMEOUT_S,
     # benchmark
     "benchmark_profile": "smoke", "concurrency": [1, 4], "requests_per_level": DEFAULT_REQUESTS_PER_LEVEL,
     "max_seconds_per_level": DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, "cost": {}, "sweep": {}, "warmup_requests": 0,
@@ -356,6 +361,24 @@ def refuse_removed_params(conf: Mapping[str, Any] | None) -> None:
 
         raise RayliftValueError(f"this run's conf names Params raylift_deploy no longer has: {'; '.join(named)}. "
                                 "Nothing was built or deployed; trigger it again without them.")
+
+
+def deploy_timeout_s(value: Any) -> float:
+    """The ``deploy_timeout_s`` Param as seconds (a template may render it as a string), checked here as well as
+    by the Param's schema: an operator built outside raylift_deploy gets the same refusal, naming the Param.
+    :raises RayliftValueError: not a number of seconds within the bounds."""
+    from raylift.errors import RayliftValueError
+
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if isinstance(value, bool) or not MIN_DEPLOY_TIMEOUT_S <= seconds <= MAX_DEPLOY_TIMEOUT_S:
+        raise RayliftValueError(
+            f"deploy_timeout_s is {value!r}: give the seconds the deploy may wait for Serve's RUNNING, from "
+            f"{MIN_DEPLOY_TIMEOUT_S} to {MAX_DEPLOY_TIMEOUT_S} (default {DEPLOY_TIMEOUT_S}; raise it for a Neuron "
+            "compile or a new node pulling a multi-GB image). Nothing was applied.")
+    return seconds
 
 
 def param_default(name: str) -> Any:

@@ -10,6 +10,8 @@ from raylift.config import (
     MAX_BENCHMARK_LEVEL_TIMEOUT_S,
     MAX_CONCURRENCY,
     MAX_CONCURRENCY_LEVELS,
+    MAX_DEPLOY_TIMEOUT_S,
+    MIN_DEPLOY_TIMEOUT_S,
     REGRESSION_MIN_REQUESTS,
     SCHEDULED_ON_INCONCLUSIVE,
     local_settings,
@@ -33,7 +35,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Where": ("cluster_conn_id", "target", "target_options"),
     "Model": ("model_source", "model_id", "revision", "hub_allow_patterns", "hub_ignore_patterns", "served_name"),
     "Serving": ("app_name", "serve_config", "route_prefix", "replicas", "surge_replicas", "autoscaling", "workers",
-                "engine_args", "app_args"),
+                "engine_args", "app_args", "deploy_timeout_s"),
     "Benchmark": ("benchmark_profile", "concurrency", "requests_per_level", "max_seconds_per_level", "cost", "sweep",
                   "warmup_requests", "slos"),
     "Release": ("release", "max_regression", "max_cumulative_regression", "regression_confidence", "on_inconclusive",
@@ -128,6 +130,13 @@ def deploy_params() -> dict[str, Param]:
             "stopping them: start-before-stop, no request fails. 0: stop-before-start, for a cluster with no room for "
             "one more replica; Serve then stops old replicas before the new ones load, and a 1-replica app is dark "
             "for its whole model load (the deploy logs how long)",
+        ),
+        "deploy_timeout_s": param(
+            param_default("deploy_timeout_s"), type="integer", minimum=MIN_DEPLOY_TIMEOUT_S,
+            maximum=MAX_DEPLOY_TIMEOUT_S,
+            description="Seconds the deploy (and promote's rollout) waits for the app to be RUNNING before the run "
+            "rolls back. Raise it where a replica takes long to start: a Neuron compile, a new GPU node pulling a "
+            "multi-GB image (every target honours it)",
         ),
         "autoscaling": param(
             param_default("autoscaling"),

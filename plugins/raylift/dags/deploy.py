@@ -83,6 +83,7 @@ with DAG(
         route_prefix="{{ params.route_prefix }}",
         surge_replicas="{{ params.surge_replicas }}",
         release="{{ params.release }}",
+        timeout_s="{{ params.deploy_timeout_s }}",
         **RELEASE,
     )
     smoke = SmokeTestOperator(
@@ -128,6 +129,7 @@ with DAG(
         decision=gate.output["decision"],
         approval=approve.output,  # None unless the gate held the release and a person approved it
         surge_replicas="{{ params.surge_replicas }}",
+        timeout_s="{{ params.deploy_timeout_s }}",
         **RELEASE,
     )
     record = RunRecordOperator(

@@ -98,6 +98,23 @@ class TargetOperator(BaseOperator):
         self._keeping = ExitStack()
         self._keeping.enter_context(manager.keep(lease, RELEASE_LEASE_TTL_S, release=False))
 
+    def keep_lease_while_deferred(self, wait_s: float) -> None:
+        """Before a deferral that may last ``wait_s``: nobody renews the writer lease while the triggerer waits,
+        so it is kept for the wait plus the lease's TTL (the gate does the same for a held release's approval)."""
+        from raylift.config import RELEASE_LEASE_TTL_S
+        from raylift.release.writer import cluster_lease
+
+        held = getattr(self.target_impl, "held_lease", None)
+        if not self.holds_release_lease or held is None:
+            return
+        ttl = float(wait_s) + RELEASE_LEASE_TTL_S
+        if ttl > RELEASE_LEASE_TTL_S:
+            if self._keeping is not None:  # its next renewal would cut the expiry back to the TTL
+                self._keeping.close()
+                self._keeping = None
+            self.target_impl.held_lease = cluster_lease(self.target_impl).renew(held, ttl)
+            self.log.info("the cluster's lease is kept for %.0f s: the deferred wait plus the lease's TTL", ttl)
+
     @cached_property
     def target_impl(self) -> Target:
         from raylift.targets import resolve_target

@@ -9,7 +9,7 @@ message, and the DAG's rollback step undoes what the run wrote (``raylift.releas
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
 from raylift.operators.base import TargetOperator
@@ -38,7 +38,8 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
     :param route_prefix: where the app answers; None: the config's.
     :param surge_replicas: extra replicas a code update starts before the old ones stop (start-before-stop);
         0 is stop-before-start, which leaves the app without a serving replica while new ones load.
-    :param timeout_s: how long to wait for RUNNING before rolling back.
+    :param timeout_s: how long to wait for RUNNING before rolling back (the ``deploy_timeout_s`` Param: seconds,
+        checked by ``raylift.config.deploy_timeout_s`` before anything is applied).
     :param release: ``canary`` (a changed app starts beside the serving one and is promoted only after its
         gate; ``raylift.release.canary``) or ``direct`` (applied to the app itself, judged while it serves).
     :param deferrable: free the worker slot while Serve deploys (the triggerer waits); False waits in the
@@ -48,7 +49,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
 
     template_fields = (
         *TargetOperator.template_fields, "artifact", "model", "app_name", "serve_config", "served_name", "replicas",
-        "engine_args", "app_args", "autoscaling", "route_prefix", "surge_replicas", "release",
+        "engine_args", "app_args", "autoscaling", "route_prefix", "surge_replicas", "release", "timeout_s",
     )
 
     def __init__(
@@ -65,7 +66,7 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         autoscaling: dict[str, Any] | None = None,
         route_prefix: str | None = None,
         surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS,
-        timeout_s: float = DEPLOY_TIMEOUT_S,
+        timeout_s: float | str = DEPLOY_TIMEOUT_S,
         deferrable: bool | None = None,
         release: str = "canary",
         **kwargs: Any,
@@ -79,7 +80,8 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         self.app_name, self.serve_config, self.served_name = app_name, serve_config, served_name
         self.replicas, self.engine_args, self.app_args = replicas, engine_args or {}, app_args or {}
         self.autoscaling, self.route_prefix = autoscaling or {}, route_prefix
-        self.timeout_s = timeout_s
+        # a template ("{{ params.deploy_timeout_s }}") until rendered: execute converts it (config.deploy_timeout_s)
+        self.timeout_s = cast(float, timeout_s)
         self.deferrable = default_deferrable(deferrable)
 
     def render(self) -> dict[str, Any]:
@@ -157,10 +159,12 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
     def execute(self, context: Any) -> Any:
         from datetime import timedelta
 
+        from raylift.config import deploy_timeout_s
         from raylift.release.plan import plan_release
         from raylift.release.start import check_release_fits, start_canary, start_direct
         from raylift.serve.config import app_by_name, app_kind
 
+        self.timeout_s = deploy_timeout_s(self.timeout_s)  # refused before anything is applied
         steps = DeploySteps()
         app = self.render()
         target, name, run_id = self.target_impl, str(self.app_name), context["run_id"]
@@ -204,19 +208,26 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
             ti.xcom_push(key="dark_since", value=time.time())
         trigger = runs_on.deploy_trigger(app_names=started.waiting, timeout_s=self.timeout_s)
         if self.deferrable:
+            self.keep_lease_while_deferred(self.timeout_s)
             self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=self.timeout_s + 60))
         return self.execute_complete(context, trigger.wait())  # same condition and retry rule, in this worker
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from datetime import UTC, datetime
 
+        from raylift.config import deploy_timeout_s
         from raylift.release.canary import CanaryPlan
         from raylift.release.start import deploy_failed, running_result
         from raylift.serve.cold_start import deploy_steps_line, deploy_steps_until
 
         ti, name = context["ti"], str(self.app_name)
+        self.timeout_s = deploy_timeout_s(self.timeout_s)  # rendered again on resume; the baseline arm's wait reads it
         config = ti.xcom_pull(task_ids=self.task_id, key="serve_config")
         release = ti.xcom_pull(task_ids=self.task_id, key="release") or "direct"
+        if event.get("status") == "timeout":
+            raise type(error := deploy_failed(event, name, release))(
+                f"{error}\nThe wait was deploy_timeout_s = {self.timeout_s:.0f} s: raise that Param where a replica "
+                "takes longer to start (a Neuron compile, a new node pulling a multi-GB image).")
         if event.get("status") != "success":
             raise deploy_failed(event, name, release)
         self.log.info("Serve apps RUNNING: %s", event.get("apps"))

@@ -11,7 +11,7 @@ anchor moves: to this run if its verdict was a pass, else the run's change joins
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from raylift.config import DEFAULT_APP_NAME, DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
 from raylift.errors import DeployError, GateError
@@ -30,14 +30,15 @@ class PromoteReleaseOperator(TargetOperator):
     :param decision: the gate's ``decision`` XCom.
     :param approval: the approval step's XCom: its decision when the gate held the release, else None (skipped).
     :param surge_replicas: the replicas the promotion's rollout starts beside the old ones (start-before-stop).
-    :param timeout_s: how long to wait for the app to be RUNNING on the candidate.
+    :param timeout_s: how long to wait for the app to be RUNNING on the candidate (the ``deploy_timeout_s`` Param).
     :param deferrable: free the worker slot while Serve rolls out (None: Airflow's default)."""
 
-    template_fields = (*TargetOperator.template_fields, "app_name", "deployed", "decision", "approval", "surge_replicas")
+    template_fields = (*TargetOperator.template_fields, "app_name", "deployed", "decision", "approval", "surge_replicas",
+                       "timeout_s")
 
     def __init__(self, *, app_name: str = DEFAULT_APP_NAME, deployed: Any = None, decision: Any = None,
                  approval: Any = None,
-                 surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS, timeout_s: float = DEPLOY_TIMEOUT_S,
+                 surge_replicas: int | str = ROLLOUT_SURGE_REPLICAS, timeout_s: float | str = DEPLOY_TIMEOUT_S,
                  deferrable: bool | None = None, **kwargs: Any) -> None:
         from raylift.config import default_deferrable
 
@@ -45,7 +46,8 @@ class PromoteReleaseOperator(TargetOperator):
         super().__init__(**kwargs)
         self.app_name, self.deployed, self.surge_replicas = app_name, deployed, surge_replicas
         self.decision, self.approval = decision, approval
-        self.timeout_s = timeout_s
+        # a template ("{{ params.deploy_timeout_s }}") until rendered: execute converts it (config.deploy_timeout_s)
+        self.timeout_s = cast(float, timeout_s)
         self.deferrable = default_deferrable(deferrable)
 
     def _decision(self, context: Any) -> dict[str, Any]:
@@ -56,12 +58,14 @@ class PromoteReleaseOperator(TargetOperator):
         return dict(decision)
 
     def execute(self, context: Any) -> Any:
+        from raylift.config import deploy_timeout_s
         from raylift.release.canary import CanaryPlan, kept_replicas, promoted, release_apps
         from raylift.release.rollback import rollback_surge
         from raylift.release.rollout import restarts_replicas, with_native_surge
         from raylift.release.writer import write_serve_config
         from raylift.serve.config import app_by_name
 
+        self.timeout_s = deploy_timeout_s(self.timeout_s)
         decision = self._decision(context)
         deployed = self.deployed if isinstance(self.deployed, dict) else {}
         name, run_id = str(self.app_name), context["run_id"]
@@ -72,6 +76,7 @@ class PromoteReleaseOperator(TargetOperator):
             if drain is not None and self.deferrable:  # the old cluster's requests in flight: waited in the triggerer
                 from datetime import timedelta
 
+                self.keep_lease_while_deferred(drain.timeout_s)
                 self.defer(trigger=drain, method_name="blue_drained", timeout=timedelta(seconds=drain.timeout_s + 60))
             promote_blue_green(self.target_impl, self.state_for(name), run_id, log=self.log)
             return self._record(context, deployed.get("serve_config"), decision)
@@ -123,6 +128,7 @@ class PromoteReleaseOperator(TargetOperator):
         if self.deferrable:
             from datetime import timedelta
 
+            self.keep_lease_while_deferred(self.timeout_s)
             self.defer(trigger=trigger, method_name="execute_complete",
                        timeout=timedelta(seconds=self.timeout_s + 60))
         return self.execute_complete(context, trigger.wait())
@@ -138,10 +144,12 @@ class PromoteReleaseOperator(TargetOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":
+            waited = (f" The wait was deploy_timeout_s = {self.timeout_s} s: raise that Param where a replica takes "
+                      "longer to start." if event.get("status") == "timeout" else "")
             raise DeployError(
                 f"promote: app {self.app_name!r} did not become RUNNING on the candidate "
                 f"({event.get('app_status') or event.get('status')}): {event.get('message', 'unknown')}. "
-                "The rollback step restores what served before this run.")
+                f"The rollback step restores what served before this run.{waited}")
         config = context["ti"].xcom_pull(task_ids=self.task_id, key="serve_config")
         return self._record(context, config, self._decision(context))
 
