@@ -36,6 +36,26 @@ def test_options_are_checked_by_name(options: dict[str, str], message: str) -> N
         get_target("ray", **options)
 
 
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:1#",                       # the finding: '#' turns every '/api/...' raylift appends into a fragment
+    "http://evil.example:80/anything#",
+    "http://h:8265/?x=",                         # a query swallows the path the same way
+    "http://user:pw@h:8265",                     # userinfo: credentials in a URL from Params
+    "http://h:8265/some/path",                   # a path: raylift would GET below it on any host
+    "http://h:99999",                            # not a port
+])
+@pytest.mark.parametrize("option", ["dashboard_url", "serve_url"])
+def test_a_url_from_params_is_only_scheme_host_and_port(url: str, option: str) -> None:
+    """Issue 57: a Params-only dashboard URL with '#' made the scale step GET any path on any host."""
+    options = {"dashboard_url": "http://h:8265", "serve_url": "http://h:8000", option: url}
+    with pytest.raises(RayliftValueError, match=rf"target_options.{option}.*scheme://host:port"):
+        get_target("ray", **options)
+
+
+def test_a_trailing_slash_is_still_fine() -> None:
+    assert target("http://h:8265/", "https://h/").serve_url == "https://h"
+
+
 def test_serve_listens_where_serve_url_says() -> None:
     assert target("http://127.0.0.1:1", "http://127.0.0.1:34800").serve_cluster_options() == {
         "http_options": {"host": "127.0.0.1", "port": 34800}}

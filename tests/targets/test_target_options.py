@@ -96,7 +96,7 @@ def test_an_old_spelling_is_refused_even_when_it_agrees_with_raylifts() -> None:
         ("local", {"model_store": 3}, "target option 'model_store' got 3 (int): input should be a valid string"),
         ("local", {"aws_conn_id": ["aws_default"]}, "target option 'aws_conn_id' got ['aws_default'] (list)"),
         ("ray", {"dashboard_url": 8265}, "target option 'dashboard_url' got 8265 (int): input should be a valid string"),
-        ("ray", {"serve_url": "ray-head:8000"}, "needs target_options.serve_url, an http(s) URL with a host"),
+        ("ray", {"serve_url": "ray-head:8000"}, "needs target_options.serve_url as scheme://host:port only"),
     ],
 )
 def test_a_wrong_type_or_value_is_refused_naming_the_key(target: str, options: dict[str, Any], message: str) -> None:

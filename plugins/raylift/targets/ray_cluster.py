@@ -34,14 +34,29 @@ log = logging.getLogger(__name__)
 
 
 def _http_url(option: str, value: str, example: str) -> str:
-    """``value`` as an http(s) URL with a host, or a ValueError naming the option."""
+    """``value`` as ``scheme://host[:port]`` (http or https), or a ValueError naming the option. raylift appends
+    its API paths to this URL (``<dashboard_url>/api/...``): a ``#`` or ``?`` would turn them into a fragment or a
+    query (the request then goes to whatever path the URL names), userinfo would send credentials from Params,
+    and a path would aim raylift's requests below it; so none of them is taken."""
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    wrong = ("not http(s) with a host" if parts.scheme not in ("http", "https") or not parts.hostname
+             else "a user or password in it" if "@" in parts.netloc
+             else "no valid port" if not port_ok
+             else "a '?' query" if parts.query or "?" in value
+             else "a '#' fragment" if parts.fragment or "#" in value
+             else f"a path ({parts.path!r})" if parts.path not in ("", "/")
+             else None)
+    if wrong:
         raise ValueError(
-            f"target 'ray' needs target_options.{option}, an http(s) URL with a host (e.g. {example}); "
-            f"got {value!r}."
+            f"target 'ray' needs target_options.{option} as scheme://host:port only, http(s) (e.g. {example}); "
+            f"got {value!r}, with {wrong}. Give the cluster's address alone; credentials belong in a "
+            "raylift_cluster connection."
         )
-    return value.rstrip("/")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 class RayOptions(StoreOptions):
