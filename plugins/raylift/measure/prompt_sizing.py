@@ -9,6 +9,15 @@ Airflow side then needs no tokenizer library, no hub download and no copy of the
 The prompt text is sized without special tokens. A chat request adds its template around it, so the
 server's ``usage.prompt_tokens`` is larger than the target by the template's length (as with llmperf).
 Endpoints without ``/tokenize`` (llama.cpp, the stub) keep the word prompts; the result says which.
+
+Every request fits the served context. llmperf draws input and output lengths from normal distributions with no
+bound, so at 3072 ± 200 in and 512 ± 20 out against a 4096-token model some of 176 requests (1 to 3) ask more than the
+context holds, and vLLM answers it 400 (its input check, ``vllm/renderers/params.py``, and the output budget
+``max_model_len - input_length``, ``vllm/entrypoints/serve/utils/api_utils.py``): a failed request that measures
+the profile, not the server. vLLM's ``/tokenize`` answers with the context it serves (``TokenizeResponse.max_model_len``,
+``vllm/entrypoints/serve/tokenize/protocol.py``) and, given ``messages``, the chat template's tokens
+(``TokenizeChatRequest``); a prompt whose target leaves less than its output (and the template) of the context is
+cut to what fits, and the log says how many were.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from raylift.errors import RayliftValueError
 from raylift.measure.profiles import RequestSpec
 
 log = logging.getLogger(__name__)
@@ -45,13 +55,38 @@ class EndpointTokenizer:
 
     def __init__(self, post_json: PostJson, model: str) -> None:
         self._post, self.model = post_json, model
+        self.max_model_len: int | None = None  # the served context, as /tokenize reports it (vLLM)
+        self.overhead = 0  # tokens the server adds around a prompt (a chat template, BOS): probed once
 
     async def encode(self, text: str) -> list[int]:
         status, body = await self._post("/tokenize", {"model": self.model, "prompt": text,
                                                        "add_special_tokens": False})
         if status != 200 or not isinstance(body, dict) or not isinstance(body.get("tokens"), list):
             raise TokenizerError(f"/tokenize answered HTTP {status}: {json.dumps(body)[:200]}")
+        if isinstance(body.get("max_model_len"), int) and body["max_model_len"] > 0:
+            self.max_model_len = int(body["max_model_len"])
         return [int(t) for t in body["tokens"]]
+
+    async def probe_overhead(self) -> int:
+        """The most tokens the server adds around a prompt: a chat request's template (``messages``, with the
+        generation prompt, as a chat completion renders it) or a completion's special tokens. 0 when neither
+        form answers a count."""
+        plain = len(await self.encode("the"))
+        added = [0]
+        for payload in ({"model": self.model, "messages": [{"role": "user", "content": "the"}],
+                         "add_generation_prompt": True},
+                        {"model": self.model, "prompt": "the", "add_special_tokens": True}):
+            status, body = await self._post("/tokenize", payload)
+            if status == 200 and isinstance(body, dict) and isinstance(body.get("count"), int):
+                added.append(int(body["count"]) - plain)
+        self.overhead = max(added)
+        return self.overhead
+
+    def input_budget(self, output_tokens: int) -> int | None:
+        """The most prompt tokens a request asking ``output_tokens`` may send (None: the context is unknown)."""
+        if self.max_model_len is None:
+            return None
+        return self.max_model_len - self.overhead - output_tokens
 
     async def decode(self, tokens: Sequence[int]) -> str:
         status, body = await self._post("/detokenize", {"model": self.model, "tokens": list(tokens)})
@@ -65,10 +100,29 @@ async def endpoint_tokenizer(post_json: PostJson, model: str) -> EndpointTokeniz
     tokenizer = EndpointTokenizer(post_json, model)
     try:
         await tokenizer.decode(await tokenizer.encode("the"))
+        await tokenizer.probe_overhead()
     except (TokenizerError, OSError, TimeoutError) as exc:
         log.info("the endpoint has no usable /tokenize + /detokenize (%s): prompts stay word-sized", exc)
         return None
     return tokenizer
+
+
+class ContextTooSmallError(RayliftValueError):
+    """A request's output alone does not fit the served context."""
+
+
+def fitted(tokenizer: EndpointTokenizer, spec: RequestSpec) -> RequestSpec:
+    """``spec`` with its input target cut to what the served context leaves beside its output and the template.
+    :raises ContextTooSmallError: not even one prompt token fits."""
+    budget = tokenizer.input_budget(spec.output_tokens)
+    if budget is None or spec.input_tokens <= budget:
+        return spec
+    if budget < 1:
+        raise ContextTooSmallError(
+            f"a request asking {spec.output_tokens} output tokens cannot fit the served model's context of "
+            f"{tokenizer.max_model_len} tokens (the server adds {tokenizer.overhead} around each prompt): lower the "
+            "benchmark profile's mean_output_tokens, or serve a longer context (engine_args max_model_len).")
+    return replace(spec, input_tokens=budget)
 
 
 async def size_prompt(tokenizer: EndpointTokenizer, spec: RequestSpec) -> RequestSpec:
@@ -110,6 +164,13 @@ async def size_prompts(tokenizer: EndpointTokenizer | None, specs: Sequence[Requ
     request); unchanged (word prompts) when there is none. The first error stops the rest."""
     if tokenizer is None:
         return list(specs)
+    fit = [fitted(tokenizer, spec) for spec in specs]
+    cut = [(spec.input_tokens, f.input_tokens) for spec, f in zip(specs, fit, strict=True) if f is not spec]
+    if cut:
+        log.warning("%d of %d prompts cut to fit the served context of %s tokens beside their output and %d "
+                    "template token(s) (longest asked %d, sent %d): vLLM would answer them 400", len(cut), len(specs),
+                    tokenizer.max_model_len, tokenizer.overhead, max(a for a, _ in cut), max(b for _, b in cut))
+    specs = fit
     slots = asyncio.Semaphore(concurrency)
 
     async def sized(spec: RequestSpec) -> RequestSpec:
