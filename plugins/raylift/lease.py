@@ -294,6 +294,24 @@ class LeaseManager:
                 return new.lease()
         raise LeaseLostError(f"Could not renew the lease at {self.where}: it kept changing under this holder.")
 
+    def hand_over(self, lease: Lease, ttl_s: float) -> Lease:
+        """The same holder's next task, or the next try of a task, takes the lease under a new token (+1), for
+        ``ttl_s`` from now. A holder is a whole release (a DAG run, every task of it): without a token per task try,
+        a zombie try (its worker lost, the task still running) and the retry Airflow started in its place would
+        share one token, and the zombie's late writes would pass the fence. After this, the earlier try's token is
+        stale: its renewals stop and its fenced writes are refused. LeaseLostError if ``lease.holder`` no longer
+        holds the lease (taken over, or expired)."""
+        for _ in range(3):  # a lost swap while the record is still the holder's: an earlier try renewed it
+            record, version = self._slot.read()
+            if record is None or record.holder != lease.holder or record.expires_at <= time.time():
+                now = f"{record.holder} holds token {record.token}" if record else "there is no lease record"
+                raise LeaseLostError(f"The lease at {self.where} is no longer {lease.holder}'s to hand over: {now}.")
+            new = replace(record, token=record.token + 1, expires_at=time.time() + ttl_s,
+                          generation=record.generation + 1)
+            if self._slot.swap(new, version):
+                return new.lease()
+        raise LeaseLostError(f"Could not hand the lease at {self.where} over: it kept changing under this holder.")
+
     def release(self, lease: Lease) -> None:
         """Give the lease up now (the record stays, expired, so the next token is still bigger).
         A lease already taken over or expired is left as it is."""

@@ -94,6 +94,34 @@ def test_writes_inside_the_span_are_fenced_by_the_runs_lease(clusters: dict[str,
     op.post_execute(context("run-a"))
 
 
+def test_a_zombie_try_and_its_retry_do_not_share_a_fencing_token(clusters: dict[str, Path]) -> None:
+    """Issue 57: a task whose worker lost its heartbeat (a zombie, still running) and the retry Airflow started in
+    its place held one token, so the zombie's late writes landed over the retry's. Each task try of the release
+    now takes the run's lease under a new token: the zombie's renewals stop and its writes are refused."""
+    from raylift.lease import StaleWriteError
+    from raylift.operators.guard import RollbackUnprovenOperator
+    from raylift.release.writer import cluster_lease
+
+    held = acquire("dev", "run-a").xcom_value
+    tries = [RollbackUnprovenOperator(task_id="rollback", app_name="llm", cluster_conn_id="dev",
+                                      holds_release_lease=True, release_lease=held) for _ in range(2)]
+    zombie, retry = tries
+    zombie.pre_execute(context("run-a"))  # try 1: its worker is lost, the task goes on
+    retry.pre_execute(context("run-a"))   # try 2, on another worker
+    old, new = zombie.target_impl.held_lease, retry.target_impl.held_lease
+    assert old is not None and new is not None and new.token > old.token and new.holder == old.holder
+    manager = cluster_lease(retry.target_impl)
+    manager.fenced_write(new, "_raylift/probe.json", b'{"by": "retry"}')
+    with pytest.raises((LeaseLostError, StaleWriteError)):
+        manager.fenced_write(old, "_raylift/probe.json", b'{"by": "zombie"}')
+    assert (clusters["dev"] / "_raylift/probe.json").read_bytes() == b'{"by": "retry"}'
+    with pytest.raises(LeaseLostError):
+        manager.renew(old, 60)  # the zombie's renewer stops at its next beat
+    assert manager.current() is not None and manager.current().token == new.token  # type: ignore[union-attr]
+    for op in tries:
+        op.post_execute(context("run-a"))
+
+
 def test_a_run_that_never_took_the_lease_is_told_so_not_failed(clusters: dict[str, Path]) -> None:
     from raylift.operators.guard import RollbackUnprovenOperator
 

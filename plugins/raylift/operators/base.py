@@ -91,7 +91,8 @@ class TargetOperator(BaseOperator):
                 "RAYLIFT_RELEASE_LEASE_TTL_S): another writer may have changed the cluster since this release "
                 "began, so this task writes nothing. Run raylift_deploy again."
             )
-        lease = manager.renew(Lease(current.token, holder, current.expires_at), RELEASE_LEASE_TTL_S)
+        # a new token for this task try: an earlier try still running (a zombie) is fenced out (LeaseManager.hand_over)
+        lease = manager.hand_over(Lease(current.token, holder, current.expires_at), RELEASE_LEASE_TTL_S)
         target.held_lease = lease
         # renewed while this task runs (LeaseManager.keep's thread, a daemon: it ends with the task's process or
         # a deferral), and kept at the end: the release's next task carries on with it

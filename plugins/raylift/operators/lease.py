@@ -6,7 +6,9 @@ run's rollback would judge and undo the wrong thing. So ``acquire_cluster_lease`
 held) until the lease in the cluster's store (``raylift.lease``) is free and takes it for this run; every task of the
 span renews it as this run's holder (``TargetOperator.holds_release_lease``) and its writes are fenced by it; and
 ``release_cluster_lease`` gives it back whatever happened. A worker that dies leaves the lease to expire
-(``RELEASE_LEASE_TTL_S``); its task's retry, being the same run, carries on with it.
+(``RELEASE_LEASE_TTL_S``); its task's retry, being the same run, carries on with it. Each task try takes the lease
+under a new fencing token (``LeaseManager.hand_over``): a try Airflow gave up on that still runs (a zombie) holds
+a stale token, so its renewals stop and its writes are refused once the retry has started.
 """
 
 from __future__ import annotations
