@@ -23,12 +23,17 @@ SECRET = "fake-secret-" + "b7c1d9e4"
 SECRET_NAMES = ("RAY_AUTH_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN",
                 "AIRFLOW_CONN_PROD", "AIRFLOW__API_AUTH__JWT_SECRET", "HF_TOKEN", "MY_SERVICE_PASSWORD",
                 "GITHUB_TOKEN", "SOME_SECRET", "SIGNING_KEY")
-# the stand-in runtime Python: raylift's launcher (``-I -S isolated.py``) runs on the real one; anything else is
-# the check, which prints ``body``'s verdict
+# the stand-in runtime Python: raylift's launcher (raylift/local/launcher.py) runs on the real one, except that the
+# check it would run in its own interpreter (``--module``: the real runtime's `-m llm.check_args`) is this stand-in's
+# (``--wait``: a child it waits for); anything else is the check, which prints ``body``'s verdict
 STAND_IN = """#!{python}
 import json, os, sys
-if sys.argv[1:3] == ["-I", "-S"]:
-    os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+if sys.argv[1:3] == ["-I", "-S"] or sys.argv[1].endswith("launcher.py"):
+    args = sys.argv[1:]
+    if "--module" in args:
+        cut = args.index("--")
+        args = [a.replace("--module", "--wait") for a in args[:cut]] + ["--", sys.argv[0], "-m", *args[cut + 1:]]
+    os.execv({python!r}, [{python!r}, *args])
 {body}
 """
 
@@ -194,3 +199,25 @@ def test_remote_code_is_not_run_where_an_ancestor_of_the_worker_would_adopt_it(t
     done = subprocess.run([sys.executable, "-c", plain, str(tmp_path)], capture_output=True, text=True,
                           env={**os.environ, **dict.fromkeys(SECRET_NAMES, SECRET)}, timeout=120)
     assert done.returncode == 0 and (tmp_path / "verdict.json").exists(), done.stderr[-2000:]
+
+
+def test_a_module_run_in_the_launchers_interpreter_cannot_read_any_worker_secret(tmp_path: Path) -> None:
+    """The check's own path (``python -m llm.check_args`` runs in the launcher's interpreter, one start-up fewer):
+    a module that walks its ancestors finds none holding the worker's secrets, with its exit status and output back."""
+    (tmp_path / "reader.py").write_text(
+        f"import json, os, sys\nSECRET, VERDICT = {SECRET.encode()!r}, {str(tmp_path / 'verdict.json')!r}\n"
+        + ANCESTOR_READER + "sys.exit(3)\n")
+    (tmp_path / "python").symlink_to(sys.executable)
+    worker = (
+        "import json, os, sys\nfrom pathlib import Path\nfrom raylift.local.isolated import run_isolated\n"
+        "tmp = Path(sys.argv[1])\n"
+        "proc, iso = run_isolated([str(tmp / 'python'), '-m', 'reader'], python=tmp / 'python', env={'PATH': '/bin'},"
+        " cwd=tmp, timeout=60)\n"
+        "print(json.dumps({'worker': os.getpid(), 'rc': proc.returncode, 'out': proc.stdout, 'pid': iso.pid,"
+        " **json.loads((tmp / 'verdict.json').read_text())}))\n")
+    done = subprocess.run([sys.executable, "-c", worker, str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, **dict.fromkeys(SECRET_NAMES, SECRET)}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict = json.loads(done.stdout.splitlines()[-1])
+    assert verdict["rc"] == 3 and verdict["out"] == '{"ok": true}\n', verdict
+    assert verdict["chain"] and verdict["worker"] not in verdict["chain"] and verdict["leaked"] == [], verdict

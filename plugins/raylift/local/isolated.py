@@ -19,14 +19,18 @@ The design, in three layers (each one cheap, none needing root or another uid):
    skipped and said on the status line; layers 1 and 3 still hold.
 3. **A minimal environment**, chosen by the caller (``raylift.secrets.child_env`` and what the target needs).
 
-What it does not cover: another process of the same uid that is not an ancestor (a sibling task, the scheduler)
-is still readable through its ``/proc/<pid>/environ`` by that uid; only another uid, or the worker made not
-dumpable, closes that (the official Airflow image runs every component as one uid).
+What it does not cover: another process of the same uid that is not an ancestor (a sibling task, the scheduler, and
+the adopter itself: PID 1 of a container holds the container's environment) is still readable through its
+``/proc/<pid>/environ`` by that uid; Landlock's ptrace rule does not cover ``environ`` (seen on Linux 6.18: ``mem``
+refused, ``environ`` read). Only another uid, or those processes made not dumpable, closes that (the official Airflow
+image runs every component as one uid): keep secrets out of the container's environment (a secrets backend).
 
-The file is stdlib only and runs as a script under the runtime env's Python (``python -I -S isolated.py``), so it
-imports nothing of raylift's or the worker's. Its protocol with :func:`run_isolated` / :func:`spawn_isolated` is
-the status pipe (``--status FD``): ``pid N`` (the target's pid), ``adopted-by-ancestor``, ``landlock on|off``,
-then ``rc N`` when the keeper waited for the target, or end-of-file at the target's exec when it did not.
+The launcher is ``launcher.py`` beside this file (stdlib only), run by the target's Python, so it imports nothing of
+raylift's or the worker's; for ``python -m module`` targets (the check) it runs the module in its own interpreter
+(one start-up, as before: what isolation adds is two forks and the Landlock calls, ~10 ms, bench/check_isolation.py).
+Its protocol with :func:`run_isolated` / :func:`spawn_isolated` is the status pipe (``--status FD``): ``pid N`` (the
+target's pid), ``adopted-by-ancestor``, ``landlock on|off``, then ``cpu S`` and ``rc N`` when the keeper waited for
+the target, or end-of-file at the target's exec when it did not.
 """
 
 from __future__ import annotations
@@ -35,93 +39,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-LAUNCHER = Path(__file__)
-
-# <linux/landlock.h>
-_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446
-_CREATE_RULESET_VERSION = 1
-_ACCESS_FS_MAKE_CHAR, _ACCESS_FS_MAKE_BLOCK = 1 << 6, 1 << 11
-_SCOPE_SIGNAL = 1 << 1
-_PR_SET_NO_NEW_PRIVS = 38
-
-
-def enter_landlock() -> bool:
-    """Put this process (and all it starts) in a Landlock domain; False where the kernel offers none.
-
-    The domain's only file rule refuses creating device nodes (nothing raylift runs does); what matters is the
-    domain itself, which the kernel's Landlock ptrace hook keeps from any process outside it, and (ABI >= 6) the
-    signal scope. See the kernel's Documentation/userspace-api/landlock.rst and security/landlock/task.c."""
-    import ctypes
-    import platform
-    import struct
-
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "aarch64"):
-        return False  # the syscall numbers above are the generic ones these two share
-    libc = ctypes.CDLL(None, use_errno=True)
-    abi = int(libc.syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION))
-    if abi < 1:
-        return False
-    attr = struct.pack("QQQ", _ACCESS_FS_MAKE_CHAR | _ACCESS_FS_MAKE_BLOCK, 0, _SCOPE_SIGNAL if abi >= 6 else 0)
-    size = 24 if abi >= 6 else 8  # the struct grew: net access (ABI 4) and scoped (ABI 6) fields
-    buf = ctypes.create_string_buffer(attr[:size])
-    fd = int(libc.syscall(_SYS_CREATE_RULESET, buf, size, 0))
-    if fd < 0:
-        return False
-    try:
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False
-        return int(libc.syscall(_SYS_RESTRICT_SELF, fd, 0)) == 0
-    finally:
-        os.close(fd)
-
-
-def _launch(status_fd: int, wait: bool, avoid: set[int], strict: bool, argv: list[str]) -> None:
-    """The launcher's side (run as a script): fork the keeper, exit; the keeper runs ``argv`` once adopted.
-    ``strict``: run nothing when the adopter is one of ``avoid`` (the worker's ancestors)."""
-    os.set_inheritable(status_fd, False)  # never the target's
-    landlock = enter_landlock()
-    launcher = os.getpid()
-    if os.fork() != 0:
-        os._exit(0)  # the keeper is adopted as soon as this returns
-    os.setsid()  # its own session and process group: the caller stops the group
-    deadline = time.monotonic() + 10.0
-    while os.getppid() == launcher and time.monotonic() < deadline:
-        time.sleep(0.0005)
-    status = os.fdopen(status_fd, "w", buffering=1)
-    if os.getppid() == launcher or os.getppid() in avoid:
-        status.write("adopted-by-ancestor\n")
-        if strict:
-            status.write(f"error the process that adopted it (pid {os.getppid()}) is one of the worker's own "
-                         "ancestors, whose environment it could read; nothing was run\n")
-            os._exit(126)
-    status.write(f"landlock {'on' if landlock else 'off'}\n")
-    if not wait:  # become the target: its pid is this one; the status pipe closes at exec
-        status.write(f"pid {os.getpid()}\n")
-        status.flush()
-        try:
-            os.execvp(argv[0], argv)
-        except OSError as exc:
-            status.write(f"error {exc}\n")
-            os._exit(127)
-    try:
-        child = subprocess.Popen(argv, close_fds=True)  # stdin/out/err: the caller's pipes, inherited
-    except OSError as exc:
-        status.write(f"error {exc}\n")
-        os._exit(127)
-    status.write(f"pid {child.pid}\n")
-    status.flush()
-    rc = child.wait()
-    status.write(f"rc {rc}\n")
-    status.close()
-    os._exit(0)
-
+LAUNCHER = Path(__file__).with_name("launcher.py")  # the script, stdlib only: see its doc
 
 @dataclass(frozen=True)
 class Isolation:
@@ -130,6 +53,7 @@ class Isolation:
     pid: int
     landlock: bool
     adopted_by_ancestor: bool  # the keeper's adopter is one of the worker's own ancestors (no init above it)
+    cpu_s: float | None = None  # the target's CPU time (user + system, its children's it waited for included)
 
 
 class IsolationError(RuntimeError):
@@ -153,12 +77,14 @@ def _ancestors() -> set[int]:
     return found
 
 
-def _command(python: Path, status_fd: int, wait: bool, argv: Sequence[str], strict: bool = False) -> list[str]:
+def _command(python: Path, status_fd: int, mode: str, argv: Sequence[str], strict: bool = False) -> list[str]:
     # PID 1 adopts orphans wherever there is no subreaper: an ancestor of every process, it counts only when it is
     # this worker itself (a container whose entry point is Airflow, without an init)
     avoid = ",".join(str(p) for p in sorted(_ancestors() - ({1} if os.getpid() != 1 else set())))
-    return [str(python), "-I", "-S", str(LAUNCHER), "--status", str(status_fd), "--wait" if wait else "--exec",
-            "--avoid", avoid, *(["--strict"] if strict else []), "--", *argv]
+    opts = ["--status", str(status_fd), f"--{mode}", "--avoid", avoid, *(["--strict"] if strict else []), "--"]
+    if mode == "module":  # the launcher is the target's Python, started as `python -m` starts it (site, path)
+        return [str(python), str(LAUNCHER), *opts, *argv]
+    return [str(python), "-I", "-S", str(LAUNCHER), *opts, *argv]
 
 
 def _read_status(text: str) -> tuple[dict[str, str], list[str]]:
@@ -182,10 +108,13 @@ def run_isolated(argv: Sequence[str], *, python: Path, env: Mapping[str, str], c
 
     :raises subprocess.TimeoutExpired: it ran past ``timeout`` (its process group was killed).
     :raises IsolationError: the launcher could not start it."""
+    # `python -m module ...` by the launcher's own Python: run in it, one interpreter start-up fewer
+    module = len(argv) > 2 and argv[0] == str(python) and argv[1] == "-m"
+    mode, target = ("module", list(argv[2:])) if module else ("wait", list(argv))
     read_end, write_end = os.pipe()
     try:
         launcher = subprocess.Popen(
-            _command(python, write_end, True, argv, strict), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            _command(python, write_end, mode, target, strict), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=dict(env), cwd=cwd, pass_fds=(write_end,), stdin=subprocess.DEVNULL)
     finally:
         os.close(write_end)
@@ -208,7 +137,8 @@ def run_isolated(argv: Sequence[str], *, python: Path, env: Mapping[str, str], c
             f"could not start {argv[0]} through raylift's launcher ({LAUNCHER}): "
             f"{fields.get('error') or (err or out)[-500:] or 'it reported no exit status'}")
     done = subprocess.CompletedProcess(list(argv), int(fields["rc"]), out, err)
-    return done, Isolation(int(fields["pid"]), fields.get("landlock") == "on", "adopted-by-ancestor" in flags)
+    return done, Isolation(int(fields["pid"]), fields.get("landlock") == "on", "adopted-by-ancestor" in flags,
+                           float(fields["cpu"]) if "cpu" in fields else None)
 
 
 def _read_available(pipe: IO[str]) -> str:
@@ -232,7 +162,7 @@ def spawn_isolated(argv: Sequence[str], *, python: Path, env: Mapping[str, str],
     try:
         with log_path.open("ab") as out:
             launcher = subprocess.Popen(
-                _command(python, write_end, False, argv), stdin=subprocess.DEVNULL, stdout=out,
+                _command(python, write_end, "exec", argv), stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, env=dict(env), cwd=cwd, pass_fds=(write_end,))
     finally:
         os.close(write_end)
@@ -245,15 +175,3 @@ def spawn_isolated(argv: Sequence[str], *, python: Path, env: Mapping[str, str],
             f"could not start {argv[0]} through raylift's launcher ({LAUNCHER}): "
             f"{fields.get('error') or f'launcher exit {launcher.returncode}; see {log_path}'}")
     return Isolation(int(fields["pid"]), fields.get("landlock") == "on", "adopted-by-ancestor" in flags)
-
-
-def _main(args: list[str]) -> None:
-    split = args.index("--")
-    opts, argv = args[:split], args[split + 1:]
-    status_fd = int(opts[opts.index("--status") + 1])
-    avoid = {int(p) for p in opts[opts.index("--avoid") + 1].split(",") if p}
-    _launch(status_fd, "--wait" in opts, avoid, "--strict" in opts, argv)
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1:])
