@@ -252,6 +252,7 @@ COMPONENT: dict[str, tuple[str, tuple[str, ...]]] = {
     "tests/targets/test_local_blue_green.py": ("a recorded cluster's processes (sleep)", (
         "test_another_runtime_than_the_serving_cluster_runs_is_a_cluster_change",
         "test_a_blue_green_release_without_the_front_is_refused_naming_the_setting",
+        "test_the_front_is_switched_after_the_record_and_a_lost_worker_leaves_a_rollback_that_keeps_it_serving",
     )),
     "tests/targets/test_local_deploy_wait.py": ("a dashboard stand-in on 127.0.0.1", ALL),
     "tests/targets/test_ray_cluster.py": ("a dashboard stand-in on 127.0.0.1", (

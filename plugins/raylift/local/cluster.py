@@ -29,6 +29,7 @@ from raylift.config import DRAIN_TIMEOUT_S, POLL_INTERVAL_S, LocalSettings
 from raylift.errors import ClusterError
 from raylift.hooks.ray_dashboard import RayDashboardHook, ray_auth_token
 from raylift.local.isolated import spawn_isolated
+from raylift.local.private_tmp import private_tmp
 from raylift.local.processes import LiveProcess, ProcessRecord, working_dir
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,12 @@ class LocalRayCluster:
 
     @property
     def temp_dir(self) -> Path:
-        # Ray's unix sockets must fit in 107 bytes, so the session dir lives under /tmp, keyed by home.
+        # Ray's unix sockets must fit in 107 bytes, so the session dir lives under /tmp, keyed by home, in this user's
+        # own 0700 folder (raylift.local.private_tmp: Ray makes its own folder 0777 without the sticky bit).
         # (blue keeps the home's own key; the green cluster's adds its folder name)
         where = str(self.s.home.resolve()) + ("" if self.s.cluster_name == "cluster" else f"/{self.s.cluster_name}")
         key = hashlib.sha256(where.encode()).hexdigest()[:10]
-        return Path("/tmp") / f"raylift-ray-{key}"
+        return private_tmp() / f"ray-{key}"
 
     def worker_temp_dir(self, index: int) -> Path:
         """Worker ``index``'s own Ray temp dir (Ray allows one per node): in one folder, workers starting together can

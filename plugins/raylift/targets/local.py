@@ -223,12 +223,14 @@ class LocalTarget(DashboardServeControl, Target):
         candidate.wait_dashboard()
 
     def switch_endpoint(self, to: str) -> None:
+        """The record first (``<home>/blue_green.json`` names ``to``), then the front: a worker lost in between leaves
+        a record that names the cluster the front may serve, never one it has left (``remove_cluster``)."""
         front = self.front()
         if front is None:
             raise ClusterError("no front to switch (RAYLIFT_FRONT_PORT is unset)")
         front.ensure(self.colour)
-        front.switch(to)
         self.colours.set_active(to)
+        front.switch(to)
 
     def retire_cluster(self, cluster: str) -> str:
         from raylift.config import DRAIN_TIMEOUT_S
@@ -244,10 +246,28 @@ class LocalTarget(DashboardServeControl, Target):
                 + (f" ({left} still open after {DRAIN_TIMEOUT_S:.0f} s)" if left else ""))
 
     def remove_cluster(self, cluster: str) -> str:
+        """The rollback of a release whose switch never was recorded done (``raylift.release.blue_green``'s stage
+        ``started``). Where the record already names ``cluster`` (a worker lost between the record and the front's
+        switch, or after it), the front may serve it: the front is switched back to the other cluster, still
+        running (it is retired only after the release records the switch), the record with it, and only then is
+        ``cluster`` stopped. Without the other cluster running, nothing is stopped."""
+        from raylift.local.blue_green import other
+
+        said = ""
         if cluster == self.colours.active():
-            raise ClusterError(f"the {cluster} cluster serves: it is not removed")
+            back = other(cluster)
+            front = None if "head" not in LocalRayCluster(self.colours.settings(back)).nodes() else self.front()
+            if front is None:
+                raise ClusterError(
+                    f"the {cluster} cluster serves (the record names it) and the {back} cluster is not running or "
+                    "there is no front to switch back to (RAYLIFT_FRONT_PORT): it is not removed. Deploy again (a "
+                    "release starts a new candidate beside it) or run raylift_teardown.")
+            front.ensure(back)  # a front that is not running starts on the cluster kept
+            self.colours.set_active(back)
+            front.switch(back)
+            said = f"the front switched back to the {back} cluster (the switch to {cluster} was never recorded done); "
         LocalRayCluster(self.colours.settings(cluster)).stop()
-        return f"the candidate's {cluster} cluster stopped (it never took a user request)"
+        return f"{said}the candidate's {cluster} cluster stopped"
 
     # -- Serve control (raylift.targets.serve_control): this machine's dashboard, its token where Ray's CLI reads it
     def serve_dashboard(self) -> RayDashboardHook:
