@@ -132,8 +132,10 @@ class BenchmarkOperator(TargetOperator):
             self.log.info("benchmark: %s (%s)", line, watch)
 
         served = str(self.served_name if self.served_name not in (None, "", "None") else deployed.get("served_name"))
+        state = self.state_for(str(self.app_name))
         result, baseline = measure(self.target_impl, deployed, endpoint, served, str(self.app_name),
-                                   options, sweep=sweep, slos=slos, progress=progress)
+                                   options, sweep=sweep, slos=slos, progress=progress, state=state,
+                                   run_id=context["run_id"])
         for label, out in (("candidate", result), ("baseline", baseline)):
             if out is None:
                 continue
@@ -144,5 +146,5 @@ class BenchmarkOperator(TargetOperator):
         run_id = context["run_id"]
         with_cost(self.target_impl, result, app=str(self.app_name), target_name=str(self.target), release=release,
                   cost=costs)
-        store = self.state_for(str(self.app_name)).store
+        store = state.store
         return keep_results(self.target_impl, store, run_id, result, baseline, served)

@@ -349,7 +349,7 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
                         "the anchor's config started beside the canary: the change since the anchor")
     elif headline is not None and cumulative is not None:
         measured.append(f"headline change (e2e, pooled over levels) {_pct(headline)} against "
-                        f"{'a fresh replica of the serving config' if evidence.baseline_runs == FRESH_SERVING else 'what serves'}; "
+                        f"{'a fresh replica of the serving config' if evidence.baseline_runs == FRESH_SERVING else 'the serving app itself, under its live traffic (the fallback: no fresh baseline replica ran)'}; "
                         f"{_pct(cumulative)} since the anchor ({_chain(chain, headline)})")
     if evidence.slo_violations:
         return ReleaseDecision(ROLL_BACK, SLO_VIOLATED, (*evidence.slo_violations, *measured), headline,

@@ -138,6 +138,9 @@ def gather(state: DeploymentState, run_id: str, deployed: Mapping[str, Any], set
         placement_favours=placed.get("favoured") if canary and judged else None,
         placement=str(placed.get("described") or "") if canary and judged else "",
         max_cumulative_regression=settings["max_cumulative_regression"],
+        # how far two arms of the same config differ on this stack (raylift.release.measured.noise_evidence)
+        aa_spread=(result.get("noise") or {}).get("aa_spread") if canary and judged else None,
+        aa_source=str((result.get("noise") or {}).get("source") or "") if canary and judged else "",
     )
     return Gathered(evidence, result, baseline if canary else None, violations, unchanged)
 
@@ -154,6 +157,8 @@ def keep_decision(state: DeploymentState, run_id: str, gathered: Gathered, decis
               "baseline_note": deployed.get("baseline_note") or None,
               # an unclear pilot measured again (raylift.release.confirmation_requests): what it showed
               "pilot": (result or {}).get("pilot"),
+              # how the arms were measured (interleaved or concurrent) and why (raylift.release.measured)
+              "design": (result or {}).get("design"),
               "anchor_run_id": (anchor or {}).get("run_id"), "evidence": evidence_dict(evidence)}
     if unchanged:
         record["reasons"] = [*record["reasons"], "same app config as the last good run: no release to judge "
@@ -220,7 +225,8 @@ def evidence_dict(evidence: ReleaseEvidence) -> dict[str, Any]:
             "anchor_links": list(evidence.anchor_links), "on_inconclusive": evidence.on_inconclusive,
             "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement,
             "new_anchor_by": evidence.new_anchor_by, "baseline_runs": evidence.baseline_runs,
-            "placement_favours": evidence.placement_favours, "placement": evidence.placement}
+            "placement_favours": evidence.placement_favours, "placement": evidence.placement,
+            "aa_spread": evidence.aa_spread, "aa_source": evidence.aa_source}
 
 
 def evidence_from_record(record: Mapping[str, Any], *, approval: str | None = None) -> ReleaseEvidence:
@@ -234,4 +240,5 @@ def evidence_from_record(record: Mapping[str, Any], *, approval: str | None = No
         # a stored decision is read back only when it held
         on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval,
         new_anchor_by=seen.get("new_anchor_by"), baseline_runs=str(seen.get("baseline_runs") or "serving"),
-        placement_favours=seen.get("placement_favours"), placement=str(seen.get("placement") or ""))
+        placement_favours=seen.get("placement_favours"), placement=str(seen.get("placement") or ""),
+        aa_spread=seen.get("aa_spread"), aa_source=str(seen.get("aa_source") or ""))

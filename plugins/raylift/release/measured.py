@@ -5,6 +5,18 @@ measurement is a pilot, measured again at more requests when its change is uncle
 (:func:`raylift.release.decision.confirmation_requests`), and where Ray placed the two arms decides which verdicts
 the gate may give (:mod:`raylift.serve.placement`, rule 6). The benchmark step resolves its Params, calls
 :func:`measure`, and hands the results to :func:`keep_results`.
+
+How the two arms are measured is chosen here, in one place (:func:`measurement_design`), from where they run:
+arms that share a host or a Ray node are measured **interleaved** (each alone, a fresh random order each round:
+``raylift.measure.runner.INTERLEAVED``); arms with devices or hosts of their own **concurrently**. On the real
+stack (issue 56) two identical vLLM servers on one 2-core host read 1.29 measured at once beside a live client,
+and a replica's node neighbours moved its speed by 26-65 %: what arms measured at once on shared cores see is
+mostly each other. The choice and why are kept with the result (``design``) and so with the verdict.
+
+What the gate knows of its noise (:func:`noise_evidence`): each canary of the anchor's own config (both arms the
+same config: an A/A) leaves its headline in the app's A/A log; the spread of the last :data:`AA_WINDOW` of them
+(:func:`raylift.release.decision.aa_spread`) goes with every later result (``noise``), and the gate refuses
+verdicts the noise alone could give (:func:`raylift.release.decision.noise_refusal`).
 """
 
 from __future__ import annotations
@@ -17,19 +29,20 @@ from typing import Any
 from raylift.config import DEFAULT_MAX_REGRESSION, DEFAULT_REGRESSION_CONFIDENCE
 from raylift.measure.cost import DEFAULT_REGION, format_cost, run_cost
 from raylift.measure.llmperf_summary import llmperf_files
-from raylift.measure.runner import Arm, run_benchmark, run_side_by_side
+from raylift.measure.runner import CONCURRENT, INTERLEAVED, Arm, run_benchmark, run_side_by_side
 from raylift.measure.sweep import SweepSpec
-from raylift.release.canary import canary_name
+from raylift.release.canary import CanaryPlan, canary_name, same_config_arms
 from raylift.release.decision import (
     CONFIRM_ABOVE,
     CONFIRM_FACTOR,
     JUDGED_BESIDE,
     PILOT_DECIDES_ABOVE,
+    aa_spread,
     confirmation_requests,
     headline_change,
 )
 from raylift.release.gates import assess, level_breach
-from raylift.release.state import run_file
+from raylift.release.state import DeploymentState, run_file, run_name
 from raylift.serve.config import app_by_name
 from raylift.serve.placement import arms_placement, uses_accelerators
 from raylift.store import ObjectStore
@@ -39,15 +52,90 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
+#: How many of the app's last A/A headlines its noise is learned from.
+AA_WINDOW = 10
+
+
+def measurement_design(placement: Mapping[str, Any], *, release: str, arms_share_host: bool) -> dict[str, Any]:
+    """How a release's two arms are measured, and why: ``{"name": concurrent|interleaved, "why": ...}``.
+
+    ``placement``: :func:`placement_of_arms`'s record (each arm's Ray nodes, or a note); ``arms_share_host``: the
+    target runs every node on one machine (``local``: its Ray nodes and a blue/green pair's two clusters are
+    process groups on the same cores). Arms on accelerators own their devices: concurrent. Arms on Ray nodes with
+    none in common, on a target whose nodes are hosts of their own: concurrent. Anything else, including a
+    placement not known: interleaved (never at the same moment on what they might share)."""
+    if placement.get("accelerators"):
+        return {"name": CONCURRENT, "why": "the arms run on accelerators: each replica owns its devices"}
+    if arms_share_host:
+        where = "both clusters" if release == "blue_green" else "every Ray node"
+        return {"name": INTERLEAVED, "why": f"{where} of this target run on one machine's cores: each arm is "
+                                            "measured alone, in a random order each round"}
+    if release == "blue_green":
+        return {"name": CONCURRENT, "why": "blue/green: each arm on its own cluster's nodes"}
+    cand = set((placement.get("candidate") or {}).get("nodes") or ())
+    base = set((placement.get("baseline") or {}).get("nodes") or ())
+    if not cand or not base:
+        return {"name": INTERLEAVED, "why": "where the arms run is not known "
+                                            f"({placement.get('note') or 'no node ids'}): each measured alone"}
+    shared = sorted(cand & base)
+    if shared:
+        return {"name": INTERLEAVED, "why": f"the arms share Ray node(s) {', '.join(n[:8] for n in shared)}: "
+                                            "each measured alone, in a random order each round"}
+    return {"name": CONCURRENT, "why": "the arms run on distinct Ray nodes (hosts of their own)"}
+
+
+def _aa_prefix(state: DeploymentState) -> str:
+    return f"{state.prefix}/aa/"
+
+
+def noise_evidence(state: DeploymentState) -> dict[str, Any]:
+    """What the app's A/A log says of this stack's noise: ``aa_spread`` (None: fewer than
+    :data:`raylift.release.decision.AA_MIN_SAMPLES` A/As), ``source`` in words, the ``headlines`` used."""
+    records = [state.store.read_json(key) or {} for key in state.store.list(_aa_prefix(state))
+               if key.endswith(".json")]
+    records = sorted((r for r in records if isinstance(r.get("headline"), int | float)),
+                     key=lambda r: str(r.get("at", "")))[-AA_WINDOW:]
+    headlines = [float(r["headline"]) for r in records]
+    return {"aa_spread": aa_spread(headlines), "headlines": headlines,
+            "source": f"learned from this app's last {len(headlines)} same-config canaries (A/A)"}
+
+
+def keep_aa(state: DeploymentState, run_id: str, plan: CanaryPlan | None, result: Mapping[str, Any],
+            baseline: Mapping[str, Any] | None) -> float | None:
+    """When this canary's two arms ran the same config (an A/A), its headline joins the app's A/A log; returns it
+    (None: not an A/A, or nothing measured)."""
+    if plan is None or baseline is None or not same_config_arms(plan):
+        return None
+    judgement, _ = assess(dict(result), {}, dict(baseline), max_regression=DEFAULT_MAX_REGRESSION,
+                          confidence=DEFAULT_REGRESSION_CONFIDENCE)
+    headline = headline_change(judgement.as_dict())
+    if headline is None:
+        return None
+    state.store.write_json(f"{_aa_prefix(state)}{run_name(run_id)}.json",
+                           {"run_id": run_id, "headline": headline, "at": result.get("started_at"),
+                            "design": (result.get("design") or {}).get("name")})
+    log.info("the canary and its fresh baseline ran the same config (an A/A): headline %+.1f%% joins the app's "
+             "A/A log, what the gate learns its noise from", 100 * headline)
+    return headline
+
 
 def measure(target: Target, deployed: Mapping[str, Any], endpoint: str, served_name: str, app_name: str,
             options: dict[str, Any], *, sweep: SweepSpec | None, slos: dict[str, float],
-            progress: Progress) -> tuple[dict[str, Any], dict[str, Any] | None]:
+            progress: Progress, state: DeploymentState | None = None,
+            run_id: str | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The candidate's results and, in a canary release, the serving app's measured beside it (else None).
-    ``options``: :func:`raylift.measure.runner.run_benchmark`'s keyword arguments, ``slos`` among them."""
+    ``options``: :func:`raylift.measure.runner.run_benchmark`'s keyword arguments, ``slos`` among them.
+    ``state``/``run_id``: the app's records, for the noise the gate learns (:func:`noise_evidence`, :func:`keep_aa`)."""
     if deployed.get("release") in JUDGED_BESIDE:
-        return measure_canary(target, deployed, endpoint, served_name, app_name, options, slos=slos,
-                              progress=progress)
+        result, baseline = measure_canary(target, deployed, endpoint, served_name, app_name, options, slos=slos,
+                                          progress=progress)
+        if state is not None:
+            result["noise"] = {k: v for k, v in noise_evidence(state).items()}
+            if run_id is not None and deployed.get("release") == "canary":
+                saved = state.canary(run_id)
+                plan = CanaryPlan.from_dict(saved) if saved else None
+                result["noise"]["this_release_aa"] = keep_aa(state, run_id, plan, result, baseline)
+        return result, baseline
     result = run_benchmark(endpoint, served_name, sweep=asdict(sweep) if sweep else None,
                            slo_breach=level_breach(slos), progress=progress, **options)
     return result, None
@@ -67,10 +155,15 @@ def measure_canary(target: Target, deployed: Mapping[str, Any], endpoint: str, s
     side_by_side = {"candidate": Arm(endpoint, served_name),
                     "baseline": Arm(deployed["baseline_endpoint"],
                                     str(deployed.get("baseline_served_name") or served_name), scale)}
+    release = str(deployed.get("release"))
     placement = (placement_of_arms(target, deployed, app_name)  # before: Ray does not move running replicas
-                 if deployed.get("release") == "canary" else
+                 if release == "canary" else
                  {"note": f"blue/green: each arm on its own cluster ({deployed.get('serving_cluster')} serving, "
                           f"{deployed.get('candidate_cluster')} the candidate's), of the same shape"})
+    design = measurement_design(placement, release=release,
+                                arms_share_host=bool(getattr(target, "arms_share_host", False)))
+    log.info("measurement design: %s (%s)", design["name"], design["why"])
+    options = {**options, "design": design["name"]}
     arms = run_side_by_side(side_by_side, served_name, progress=progress, **options)
     result, baseline = arms["candidate"], arms["baseline"]
     more, pilot = confirmation(result, baseline, slos, options["requests_per_level"])
@@ -86,6 +179,7 @@ def measure_canary(target: Target, deployed: Mapping[str, Any], endpoint: str, s
         result, baseline = arms["candidate"], arms["baseline"]
         result["pilot"] = pilot
     result["placement"] = placement
+    result["design"] = {**result.get("design", {}), "why": design["why"]}
     return result, baseline
 
 
@@ -111,7 +205,8 @@ def placement_of_arms(target: Target, deployed: Mapping[str, Any], app_name: str
     try:
         config = target.current_serve_config()
         if uses_accelerators(a for a in (app_by_name(config, n) for n in (candidate, baseline)) if a):
-            return {"note": "the arms run on accelerators (each replica owns its devices): not compared"}
+            return {"note": "the arms run on accelerators (each replica owns its devices): not compared",
+                    "accelerators": True}
         dashboard = target.serve_dashboard()  # None: a target that reaches Serve otherwise
         if dashboard is None:
             return {"note": "this target has no Ray dashboard to read the replicas' nodes from"}
