@@ -16,6 +16,11 @@ metric), per level:
 - **live traffic**: the serving arm against the fresh one, mean (``serving_shift``) and spread beyond sampling and
   one replica's effect (``serving_sigma``).
 
+A run of issue 56's harness measured each paired release both ways on the same replicas (``interleaved``: each arm
+alone, RMIT; ``concurrent``: at once) and has no serving arm; ``--design`` picks which design's samples are fitted
+(:func:`design_releases`): the interleaved design's round effect is fitted with the arms' rounds apart (what they
+share of it is measured, not assumed), and the results go to ``gate_calibration_interleaved.json``.
+
 Then the sequence figures of the real runs as they are: consecutive same-speed releases in fives, each design's
 own decisions chained as ``raylift.release`` chains them. Writes ``bench/results/gate_calibration.json``, which
 ``bench/gate_error_rates.py --calibrated`` reads.
@@ -54,14 +59,37 @@ def rounds(level: dict[str, Any], metric: str) -> list[np.ndarray]:
     return out
 
 
+DESIGNS = ("concurrent", "interleaved")
+
+
+def design_releases(samples: list[dict[str, Any]], design: str) -> list[dict[str, Any]]:
+    """The releases as :func:`fit` reads them (arms ``candidate``, ``fresh`` and, when measured, ``serving``): a
+    session-31-style line as it is (its arms were measured at once: ``concurrent``), an issue-56 paired line's
+    ``design`` measurement with its ``baseline`` (a fresh replica of the anchor's config) as ``fresh``."""
+    if design not in DESIGNS:
+        raise ValueError(f"design {design!r} is not one of {list(DESIGNS)}")
+    out = []
+    for line in samples:
+        if any(d in line for d in DESIGNS):
+            if design in line:
+                out.append({"kind": line["kind"], "candidate": line[design]["candidate"],
+                            "fresh": line[design]["baseline"]})
+        elif design == "concurrent":
+            out.append(line)
+    if not out:
+        raise ValueError(f"no release measured with the {design} design in these samples")
+    return out
+
+
 def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
     same = [r for r in releases if r["kind"] in ("copy", "seed")]
     levels = [lv["concurrency"] for lv in same[0]["fresh"]]
+    with_serving = all("serving" in r for r in same)
     per_level: dict[str, Any] = {}
     for li, c in enumerate(levels):
         within_sd, round_excess, shared, d_cf, w_cf, d_sf, w_sf = [], [], [], [], [], [], []
         for r in same:
-            arms = {a: rounds(r[a][li], "e2e_ms") for a in ("candidate", "serving", "fresh")}
+            arms = {a: rounds(r[a][li], "e2e_ms") for a in ("candidate", "serving", "fresh") if a in r}
             med = {a: np.array([np.median(x) for x in arms[a]]) for a in arms}
             for a in arms:
                 sd = statistics.fmean(float(np.std(x, ddof=1)) for x in arms[a] if len(x) > 1)
@@ -76,19 +104,21 @@ def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
             m = {a: float(np.median(np.concatenate(arms[a]))) for a in arms}
             d_cf.append(m["candidate"] - m["fresh"])
             w_cf.append(float(np.var(med["candidate"] - med["fresh"], ddof=1)) / len(med["fresh"]))
-            d_sf.append(m["serving"] - m["fresh"])
-            w_sf.append(float(np.var(med["serving"] - med["fresh"], ddof=1)) / len(med["fresh"]))
+            if with_serving:
+                d_sf.append(m["serving"] - m["fresh"])
+                w_sf.append(float(np.var(med["serving"] - med["fresh"], ddof=1)) / len(med["fresh"]))
         var_cf = float(np.var(d_cf, ddof=1))
         replica_var = max(0.0, (var_cf - statistics.fmean(w_cf)) / 2)
-        var_sf = float(np.var(d_sf, ddof=1))
+        var_sf = float(np.var(d_sf, ddof=1)) if len(d_sf) > 1 else math.nan
         per_level[str(c)] = {
             "request_log_sd_e2e": statistics.fmean(within_sd),
             "round_sigma": math.sqrt(max(0.0, statistics.fmean(round_excess))),
             "round_shared": min(1.0, max(0.0, statistics.fmean(shared))) if shared else None,
             "candidate_vs_fresh_log_sd": math.sqrt(var_cf), "candidate_vs_fresh_within_sd": math.sqrt(statistics.fmean(w_cf)),
             "replica_sigma": math.sqrt(replica_var),
-            "serving_shift": statistics.fmean(d_sf), "serving_vs_fresh_log_sd": math.sqrt(var_sf),
-            "serving_sigma": math.sqrt(max(0.0, var_sf - statistics.fmean(w_sf) - replica_var)),
+            **({"serving_shift": statistics.fmean(d_sf), "serving_vs_fresh_log_sd": math.sqrt(var_sf),
+                "serving_sigma": math.sqrt(max(0.0, var_sf - statistics.fmean(w_sf) - replica_var))}
+               if with_serving else {"serving_shift": None, "serving_vs_fresh_log_sd": None, "serving_sigma": None}),
         }
     c1 = 0
     ttft = np.concatenate([np.asarray(r["fresh"][c1]["samples"]["ttft_ms"], float) for r in same])
@@ -96,14 +126,15 @@ def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
     sig = [statistics.fmean(float(np.std(x, ddof=1)) for r in same for x in rounds(r[a][c1], m) if len(x) > 1)
            for a in ("fresh", "candidate") for m in ("ttft_ms", "tpot_ms")]
 
-    def avg(key: str) -> float:
+    def avg(key: str) -> float | None:
         vals = [v[key] for v in per_level.values() if v[key] is not None]
-        return float(statistics.fmean(vals))
+        return float(statistics.fmean(vals)) if vals else None
 
     machine = {"ttft_ms": float(np.median(ttft)), "itl_ms": float(np.median(tpot)), "sigma": float(statistics.fmean(sig)),
                "round_sigma": avg("round_sigma"), "round_shared": avg("round_shared"),
                "replica_sigma": avg("replica_sigma"), "serving_shift": avg("serving_shift"),
                "serving_sigma": avg("serving_sigma")}
+    machine = {k: v for k, v in machine.items() if v is not None}  # no serving arm: the simulation's own
     return {"machine": machine, "per_level": per_level, "same_speed_releases": len(same)}
 
 
@@ -153,7 +184,8 @@ def match_request_sigma(machine: dict[str, Any], real_e2e_sd: float) -> float:
     return round(best, 3)
 
 
-def match_round_sigma(machine: dict[str, Any], real_sd: float, trials: int = 150) -> tuple[float, list[Any]]:
+def match_round_sigma(machine: dict[str, Any], real_sd: float, trials: int = 150, *,
+                      shared_rounds: bool = True) -> tuple[float, list[Any]]:
     """The round effect that gives the simulation's same-speed headline (canary vs a fresh replica) the real
     runs' spread, the other fitted parts held. Why: the round medians' own spread overstates it at concurrency 4,
     where the requests of a wave share the engine's batches (they are not independent samples)."""
@@ -165,7 +197,7 @@ def match_round_sigma(machine: dict[str, Any], real_sd: float, trials: int = 150
     grid = []
     for rs in (0.0, 0.02, 0.04, 0.06, 0.08, 0.10, 0.12, 0.15):
         m = replace(Machine(), **{**machine, "round_sigma": rs})
-        sd = run_row("kayenta", "unchanged", m, Gate(), trials, 45, shared_rounds=True)["headline_sd"]
+        sd = run_row("kayenta", "unchanged", m, Gate(), trials, 45, shared_rounds=shared_rounds)["headline_sd"]
         grid.append([rs, round(sd, 4)])
     best = min(grid, key=lambda g: abs(g[1] - real_sd))
     return float(best[0]), grid
@@ -181,24 +213,33 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", type=Path, default=RESULTS / "gate_real_aa_session31.json",
                     help="a gate_real_aa.py run's results JSON (its samples beside it, as that script writes them)")
-    source = ap.parse_args().source
+    ap.add_argument("--design", choices=DESIGNS, default="concurrent",
+                    help="whose samples to fit: the arms measured at once (session 31's, the default) or each alone "
+                         "(interleaved: an issue-56 run's paired releases)")
+    args = ap.parse_args()
+    source, design = args.source, args.design
     samples_at = samples_path(source)
-    samples = [json.loads(line) for line in gzip.open(samples_at, "rt")]
+    samples = design_releases([json.loads(line) for line in gzip.open(samples_at, "rt")], design)
     real = json.loads(source.read_text())
     fitted = fit(samples)
-    real_sd = real["summary"]["vs_fresh"]["same_speed_headline_sd"]
+    paired = real["summary"].get("paired")
+    real_sd = (paired[design]["same_speed_headline_sd"] if paired
+               else real["summary"]["vs_fresh"]["same_speed_headline_sd"])
     real_e2e_sd = statistics.fmean(v["request_log_sd_e2e"] for v in fitted["per_level"].values())
     fitted["sigma_from_ttft_and_tpot"] = fitted["machine"]["sigma"]
     fitted["machine"]["sigma"] = match_request_sigma(fitted["machine"], real_e2e_sd)
-    rs, grid = match_round_sigma(fitted["machine"], real_sd)
+    rs, grid = match_round_sigma(fitted["machine"], real_sd, shared_rounds=design == "concurrent")
     fitted["round_sigma_from_round_medians"] = fitted["machine"]["round_sigma"]
     fitted["machine"]["round_sigma"] = rs
     out = {"source": {"samples": str(samples_at.relative_to(ROOT) if samples_at.is_relative_to(ROOT)
                                      else samples_at), "date": real["date"],
                       "commit": real["commit"], "releases": len(samples)},
+           "design": design,
            **fitted, "round_sigma_matched": {"real_same_speed_headline_sd": real_sd, "grid": grid},
-           "real_sequences": sequences(real["releases"], DEFAULT_MAX_CUMULATIVE_REGRESSION)}
-    (RESULTS / "gate_calibration.json").write_text(json.dumps(out, indent=1) + "\n")
+           **({"real_sequences": sequences(real["releases"], DEFAULT_MAX_CUMULATIVE_REGRESSION)}
+              if all("vs_fresh" in r for r in real["releases"]) else {})}
+    name = "gate_calibration.json" if design == "concurrent" else f"gate_calibration_{design}.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
     return 0
 

@@ -1,30 +1,32 @@
-"""The release gate's error rates on real replicas (issue 45): A/A and slower canaries on the real local stack.
+"""The release gate's error rates on real replicas (issues 45 and 56): releases through the DAG on make demo's stack.
 
-One local Ray cluster serves the tiny model (``raylift_deploy`` through ``airflow dags test``, the product's
-first deploy); a client sends one chat request every 2 s to the serving app the whole time. Then, per release,
-the canary path's own steps (``raylift.release.canary.plan_canary`` / ``with_canary`` / ``without_canary``, Serve's
-REST API, ``raylift.measure.runner.run_side_by_side`` with the DAG's default benchmark Params,
-``raylift.release.gates.assess``, ``raylift.release.decide``) with one arm more:
+Issue 56's harness. One local Ray cluster of ``make demo``'s shape (one node, 2 logical CPUs, default Params)
+serves the tiny model (``raylift_deploy`` through ``airflow dags test``, the product's first deploy); a client sends
+one chat request every 2 s to the serving app the whole time. Then every release goes through the DAG's own steps
+(``airflow dags test raylift_deploy`` with ``release: canary``, ``on_inconclusive: pass``): the canary beside a
+fresh replica of the anchor's config (given room by the local target), measured in the design
+``raylift.release.measured.measurement_design`` chooses (interleaved here: one machine), judged by the gate that
+knows its noise (the app's A/A log). Each row is what the run's own records say (``release.json``,
+``benchmark.json``): action, verdict, headline, design, baseline arm, the A/A spread and its source.
 
-- ``candidate``: the release as the canary app (1 fresh replica, no user traffic);
-- ``serving``: the serving app, carrying the live client's requests (today's baseline arm);
-- ``fresh``: a fresh replica of the serving config started beside the canary (Kayenta's baseline: as new as
-  the canary, and no user traffic).
+Kinds: ``copy`` (the serving weights, a harmless engine change so the replicas restart: a same-speed canary),
+``seed`` (new weights of the same shape), ``slower`` (the tiny model with ``--slow-layers`` layers; its slowdown
+measured alone first, each arm alone), ``blue_green`` (the serving config on the other colour's cluster from
+``--bg-runtime``: an A/A across two clusters). ``--releases N`` splits N in the issue's mix (30 : 10 : 10).
 
-All three are measured in the same rounds with the same prompts. The candidates rotate: ``copy`` (the serving
-config itself), ``seed`` (new weights of the same shape: the tiny model with another seed) and ``slower`` (a
-real slower model: the tiny model with more layers, ``--slow-layers``). Each release is judged both ways
-(candidate vs serving, candidate vs fresh) and the A/A pair (fresh vs serving) is kept, so the gate designs are
-compared on the very same replicas; ``gate`` is raylift's gate as it ships (candidate vs the fresh replica, and a
-pilot that ``raylift.release.confirmation_requests`` finds unclear measured again, the same two arms at 4x the
-requests, which decides; ``confirmed`` says when). Every arm's per-request samples go to
-``bench/results/gate_real_aa_samples.json.gz`` (what ``bench/gate_calibration.py`` fits the simulation's noise
-model to); the verdicts, headline changes and exact (Clopper-Pearson) intervals to
-``bench/results/gate_real_aa.json``.
+Beside the DAG, on ``--paired`` of the canary releases, both measurement designs on the same replicas
+(:func:`paired_release`: a canary and its fresh baseline, measured interleaved and concurrently in a random order),
+so the two designs are compared on the same stack. The summary gives each target with its exact (Clopper-Pearson)
+interval, the releases the gate decided and those it did not (named, with the spread that made them so), and what
+each design's A/A bias and spread were. Results: ``bench/results/gate_real_aa.json``; the paired releases'
+per-request samples beside it (``..._samples.json.gz``, what ``bench/gate_calibration.py --design`` fits).
 
-    .cache/venvs/control/bin/python bench/gate_real_aa.py [--same 30 --slow 10]
+    .cache/venvs/control/bin/python bench/gate_real_aa.py --releases 50 [--bg-runtime PY]   # about 2 h
+    .cache/venvs/control/bin/python bench/gate_real_aa.py --releases 5 --paired 2           # a short run
+    .cache/venvs/control/bin/python bench/gate_real_aa.py --releases 50 --plan-only --out /tmp/plan.json
 
-84 s a release on 2 cores (two engine starts, three arms benchmarked; 2026-12-02): about an hour for 40.
+Not measured by this script: what an idle arm costs (issue 56's probe: an idle vLLM engine 2.2 % of one core,
+its replica actor 1.1 %).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from canary_release import (  # noqa: E402
     airflow,
     first_deploy,
     make_model,
+    newest,
     stack_conf,
     stack_env,
     stop_stack,
@@ -141,90 +144,174 @@ def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
             for lv in result.get("levels", [])]
 
 
-def release(target: Any, kind: str, model_path: str | None, client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
-    from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, DEFAULT_REQUESTS_PER_LEVEL
-    from raylift.measure.runner import Arm, run_side_by_side
-    from raylift.release.canary import fresh_baseline_app, plan_canary, with_canary, without_canary
-    from raylift.release.decision import CONFIRM_FACTOR
-    from raylift.serve.config import app_by_name, merge_app
-    from raylift.serve.placement import arms_placement
+def paired_release(target: Any, kind: str, model_path: str | None, client: Client, *, seed: int,
+                   requests_per_level: int) -> dict[str, Any]:
+    """Both measurement designs on the same replicas of one release: the canary path's own steps
+    (``plan_canary`` with the local target's baseline room, ``with_canary``, the fresh baseline of the serving
+    config), then the canary and its fresh baseline measured interleaved (each alone, RMIT) and concurrently (today's
+    rounds), in a random order of the two designs; each judged as the gate judges (no chain). The serving app keeps
+    the live client's traffic; it is not an arm here (that design is known to be biased: issue 45)."""
+    import random
+
+    from raylift.config import DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S
+    from raylift.measure.runner import CONCURRENT, INTERLEAVED, Arm, run_side_by_side
+    from raylift.release.canary import plan_canary, with_baseline, with_canary, without_canary
+    from raylift.serve.config import app_by_name
 
     current = target.current_serve_config()
     serving = app_by_name(current, APP)
-    plan = plan_canary(candidate_app(serving, model_path), current, APP, lambda app, others: None)
-    fresh = fresh_baseline_app(copy.deepcopy(serving), APP)  # the product's baseline app, of the serving config
-    config = merge_app(with_canary(current, plan, {}), fresh, defaults={})
+    plan = plan_canary(candidate_app(serving, model_path), current, APP, lambda app, others: None,
+                       anchor_app=copy.deepcopy(serving), room=getattr(target, "baseline_arm_room", None))
+    assert plan.baseline is not None, plan.baseline_note
+    config = with_baseline(with_canary(current, plan, {}), plan)
     failed_before, t0 = len(client.failures), time.monotonic()
     target.apply_serve_config(config)
-    names = [plan.canary["name"], fresh["name"]]
+    names = [plan.canary["name"], plan.baseline["name"]]
     started_s = wait_apps(target, names, running=True)
-    nodes = replica_nodes(target)  # which Ray node each arm's replica got (Ray's scheduler chose)
-    placed = arms_placement(target.serve_dashboard().serve_applications().get("applications") or {},
-                            plan.canary["name"], fresh["name"])  # what the product's gate reads
-    favours = placed.favoured if placed is not None else None
+    nodes = replica_nodes(target)
     serve = client.url
-    candidate_arm = Arm(f"{serve}{plan.canary['route_prefix']}", MODEL)
-    fresh_arm = Arm(f"{serve}{fresh['route_prefix']}", MODEL)
-    arms = run_side_by_side(
-        {"candidate": candidate_arm, "serving": Arm(serve, MODEL), "fresh": fresh_arm},
-        MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL,
-        max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0, engine_metrics=False)
-    vs_fresh = judged(arms["candidate"], arms["fresh"], favours=favours)
-    confirmed = None
-    if vs_fresh["confirm_requests"]:  # raylift's gate: an unclear pilot, the same two arms again at 4x the requests
-        again = run_side_by_side(
-            {"candidate": candidate_arm, "fresh": fresh_arm},
-            MODEL, profile="smoke", concurrency=[1, 4], requests_per_level=vs_fresh["confirm_requests"],
-            max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S * CONFIRM_FACTOR, warmup_requests=0,
-            engine_metrics=False)
-        confirmed = judged(again["candidate"], again["fresh"], vs_fresh["confirm_requests"], favours)
-    bench_s = time.monotonic() - t0 - started_s
-    now = target.current_serve_config()
-    after = without_canary(now, plan)
-    after["applications"] = [a for a in after["applications"] if a.get("name") != fresh["name"]]
+    arms = {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
+            "baseline": Arm(f"{serve}{plan.baseline['route_prefix']}", MODEL)}
+    designs = [INTERLEAVED, CONCURRENT]
+    random.Random(seed).shuffle(designs)
+    out: dict[str, Any] = {"design_order": designs}
+    samples: dict[str, Any] = {}
+    for design in designs:
+        measured = run_side_by_side(arms, MODEL, profile="smoke", concurrency=[1, 4],
+                                    requests_per_level=requests_per_level,
+                                    max_seconds_per_level=DEFAULT_BENCHMARK_LEVEL_TIMEOUT_S, warmup_requests=0,
+                                    engine_metrics=False, design=design, seed=seed)
+        out[design] = judged(measured["candidate"], measured["baseline"], requests_per_level)
+        samples[design] = {a: levels_samples(r) for a, r in measured.items()}
+    after = without_canary(target.current_serve_config(), plan)
+    after["applications"] = [a for a in after["applications"] if a.get("name") != plan.baseline["name"]]
     target.apply_serve_config(after)
     wait_apps(target, names, running=False)
-    row = {"kind": kind, "start_s": round(started_s, 1), "bench_s": round(bench_s, 1),
-           "nodes": {"serving": nodes.get(APP), "candidate": nodes.get(plan.canary["name"]),
-                     "fresh": nodes.get(fresh["name"])},
-           "placement": placed.as_dict() if placed is not None else None,
-           "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
-           "vs_serving": judged(arms["candidate"], arms["serving"]),
-           "vs_fresh": vs_fresh,
-           "gate": {**(confirmed or vs_fresh), "confirmed": confirmed is not None},
-           "aa_fresh_vs_serving": judged(arms["fresh"], arms["serving"])}
-    samples = {"kind": kind, **{a: levels_samples(r) for a, r in arms.items()}}
-    return row, samples
+    return {**out, "kind": kind, "start_s": round(started_s, 1), "nodes": {
+                "serving": nodes.get(APP), "candidate": nodes.get(plan.canary["name"]),
+                "baseline": nodes.get(plan.baseline["name"])},
+            "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
+            "samples": samples}
+
+
+def release_conf(base: Mapping[str, Any], kind: str, i: int, *, model_path: str | None,
+                 bg_runtime: str | None) -> dict[str, Any]:
+    """The DAG run's conf for release ``i`` of ``kind``: default Params but the stack's own (make demo's shape, one
+    node), ``release: canary``, ``on_inconclusive: pass`` (a scheduled release has nobody to answer a hold).
+    ``copy``: the serving weights with a harmless engine change (vLLM's sampling ``seed``: the replicas restart, so
+    the release is a canary of the same speed, not an unchanged redeploy); ``seed``: new weights of the same shape;
+    ``slower``: the model with more layers; ``blue_green``: the serving config on the other colour's cluster from
+    ``bg_runtime`` (a runtime change: local's blue/green), an A/A across two clusters."""
+    conf = {**base, "release": "canary", "on_inconclusive": "pass"}
+    if kind == "copy":
+        conf["engine_args"] = {"seed": 1000 + i}
+    elif kind in ("seed", "slower"):
+        if model_path is None:
+            raise ValueError(f"a {kind} release needs its model folder")
+        conf["model_source"] = model_path
+    elif kind == "blue_green":
+        if not bg_runtime:
+            raise ValueError("a blue/green release needs --bg-runtime (a second runtime env's Python)")
+        conf["target_options"] = {"runtime_python": bg_runtime}
+    else:
+        raise ValueError(f"unknown release kind {kind!r}")
+    return conf
+
+
+def record_row(kind: str, record: Mapping[str, Any], benchmark: Mapping[str, Any]) -> dict[str, Any]:
+    """What one DAG release decided, from its run's records (``release.json``, ``benchmark.json``)."""
+    seen = record.get("evidence") or {}
+    return {"kind": kind, "action": record.get("action"), "verdict": record.get("verdict"),
+            "headline_change": record.get("headline_change"), "reasons": record.get("reasons"),
+            "baseline_runs": seen.get("baseline_runs"), "baseline_note": record.get("baseline_note"),
+            "design": benchmark.get("design") or record.get("design"),
+            "aa_spread": seen.get("aa_spread"), "aa_source": seen.get("aa_source"),
+            "noise": benchmark.get("noise"), "placement": benchmark.get("placement")}
+
+
+def dag_release(env: dict[str, str], home: Path, conf: Mapping[str, Any], kind: str,
+                client: Client) -> dict[str, Any]:
+    """One release through the DAG's own steps (``airflow dags test raylift_deploy``), with the live client on."""
+    failed_before, t0 = len(client.failures), time.monotonic()
+    run = airflow(env, "dags", "test", "raylift_deploy", "--conf", json.dumps(conf))
+    (home / "releases.log").open("a").write(run.stdout[-20000:] + run.stderr[-20000:])
+    row = record_row(kind, newest(home, "release.json"), newest(home, "benchmark.json"))
+    return {**row, "rc": run.returncode, "seconds": round(time.monotonic() - t0, 1),
+            "client_failed": len(client.failures) - failed_before}
+
+
+SAME_KINDS, SLOWER, BLUE_GREEN = ("copy", "seed"), "slower", "blue_green"
+DECIDED = ("pass", "regressed", "cumulative regression")  # verdicts that are a decision, not an abstention
+# the issue's mix: 30 same speed (15 + 15), 10 slower, 10 blue/green A/A
+MIX = {"same": 30, "slow": 10, "blue_green": 10}
+
+
+def split_releases(n: int) -> dict[str, int]:
+    """``n`` releases in the issue's proportions (30 : 10 : 10), at least one of each kind from 3 on."""
+    if n < 1:
+        raise ValueError(f"--releases must be at least 1, got {n}")
+    total = sum(MIX.values())
+    out = {k: round(n * v / total) for k, v in MIX.items()}
+    if n >= 3:
+        out = {k: max(1, v) for k, v in out.items()}
+    out["same"] += n - sum(out.values())  # rounding's remainder goes to the same-speed releases
+    return out
+
+
+def plan_order(same: int, slow: int, blue_green: int = 0) -> list[str]:
+    """Same-speed releases alternating copy and seed, the slower and blue/green ones spread evenly among them."""
+    order = ["copy" if i % 2 == 0 else "seed" for i in range(same)]
+    for kind, count in ((SLOWER, slow), (BLUE_GREEN, blue_green)):
+        for j in range(count):
+            order.insert(min(len(order), (j + 1) * (len(order) + 1) // (count + 1) + j), kind)
+    return order
+
+
+def _rates(rows: list[dict[str, Any]], rejected: Any) -> dict[str, Any]:
+    k = sum(1 for r in rows if rejected(r))
+    return {"rejected": k, "releases": len(rows), "rate": k / len(rows) if rows else None,
+            "interval_95": clopper_pearson(k, len(rows)) if rows else None}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    same = [r for r in rows if r["kind"] in ("copy", "seed")]
-    slow = [r for r in rows if r["kind"] == "slower"]
-    for design in ("vs_serving", "vs_fresh", "gate"):
-        if not all(design in r for r in rows):
-            continue
-        fr = sum(1 for r in same if r[design]["action"] != "promote")
-        det = sum(1 for r in slow if r[design]["action"] != "promote")
-        heads_same = [r[design]["headline_change"] for r in same if r[design]["headline_change"] is not None]
-        heads_slow = [r[design]["headline_change"] for r in slow if r[design]["headline_change"] is not None]
-        out[design] = {
-            "same_speed_rejected": fr, "same_speed_releases": len(same),
-            "same_speed_rejected_rate": fr / len(same) if same else None,
-            "same_speed_rejected_interval_95": clopper_pearson(fr, len(same)) if same else None,
-            "slower_rejected": det, "slower_releases": len(slow),
-            "slower_rejected_rate": det / len(slow) if slow else None,
-            "slower_rejected_interval_95": clopper_pearson(det, len(slow)) if slow else None,
-            "same_speed_headline_mean": _mean(heads_same), "same_speed_headline_sd": _sd(heads_same),
-            **({"confirmed_same_speed": sum(1 for r in same if r[design]["confirmed"]),
-                "confirmed_slower": sum(1 for r in slow if r[design]["confirmed"])} if design == "gate" else {}),
-            "slower_headline_mean": _mean(heads_slow), "slower_headline_sd": _sd(heads_slow),
-        }
-    aa = [r["aa_fresh_vs_serving"]["headline_change"] for r in rows if r["aa_fresh_vs_serving"]["headline_change"]
-          is not None]
-    out["aa_fresh_vs_serving"] = {"headline_mean": _mean(aa), "headline_sd": _sd(aa),
-                                  "rejected": sum(1 for r in rows if r["aa_fresh_vs_serving"]["action"] != "promote"),
-                                  "releases": len(rows)}
+    """The targets of issue 56 from the DAG releases (``rows``) and the paired design comparison (``paired``)."""
+    same = [r for r in rows if r["kind"] in SAME_KINDS]
+    slow = [r for r in rows if r["kind"] == SLOWER]
+    bg = [r for r in rows if r["kind"] == BLUE_GREEN]
+    rolled_back = lambda r: r.get("action") == "roll_back"  # noqa: E731
+    decided = [r for r in rows if r.get("verdict") in DECIDED]
+    out: dict[str, Any] = {
+        "same_speed": {**_rates(same, rolled_back), "target": "at most 1 rejected of 30"},
+        "slower": {**_rates(slow, rolled_back), "target": "at least 9 rejected of 10"},
+        "blue_green_aa": {**_rates(bg, rolled_back), "target": "at most 1 rejected of 10"},
+        # where no design can meet a target here, the gate must abstain rather than decide wrongly
+        "decided": len(decided),
+        "decided_wrongly": {
+            "same_speed_rolled_back": sum(1 for r in decided if r["kind"] in SAME_KINDS + (BLUE_GREEN,)
+                                          and r["action"] == "roll_back"),
+            "slower_promoted_as_pass": sum(1 for r in decided if r["kind"] == SLOWER and r["verdict"] == "pass")},
+        "undecided": [{"i": r.get("i"), "kind": r["kind"], "verdict": r.get("verdict"),
+                       "headline_change": r.get("headline_change"), "aa_spread": r.get("aa_spread"),
+                       "aa_source": r.get("aa_source")} for r in rows if r.get("verdict") not in DECIDED],
+        "baseline_runs": {b: sum(1 for r in rows if r.get("baseline_runs") == b)
+                          for b in sorted({str(r.get("baseline_runs")) for r in rows})},
+        "designs": {d: sum(1 for r in rows if (r.get("design") or {}).get("name") == d)
+                    for d in sorted({str((r.get("design") or {}).get("name")) for r in rows})},
+    }
+    paired = [r["paired"] for r in rows if r.get("paired")]
+    if paired:
+        out["paired"] = {}
+        for design in ("interleaved", "concurrent"):
+            p_same = [p for p in paired if p["kind"] in SAME_KINDS]
+            p_slow = [p for p in paired if p["kind"] == SLOWER]
+            heads = [p[design]["headline_change"] for p in p_same if p[design]["headline_change"] is not None]
+            out["paired"][design] = {
+                "same_speed": _rates(p_same, lambda p, d=design: p[d]["action"] == "roll_back"),
+                "slower": _rates(p_slow, lambda p, d=design: p[d]["action"] == "roll_back"),
+                # the design's A/A: a same-speed canary against a fresh replica of its config; bias and spread
+                "same_speed_headline_mean": _mean(heads), "same_speed_headline_sd": _sd(heads),
+                "slower_headline_mean": _mean([p[design]["headline_change"] for p in p_slow
+                                               if p[design]["headline_change"] is not None])}
     return out
 
 
@@ -239,90 +326,135 @@ def _sd(xs: list[float]) -> float | None:
     return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--same", type=int, default=30, help="same-speed releases (copy and seed, alternating)")
-    ap.add_argument("--slow", type=int, default=10, help="slower releases")
-    ap.add_argument("--slow-layers", type=int, default=8, help="layers of the slower model (the serving one has 2)")
-    ap.add_argument("--workers", type=int, default=2,
-                    help="Ray worker nodes beside the head (2: the serving app, the canary and the fresh baseline "
-                         "can each have a node of their own)")
-    ap.add_argument("--out", type=Path, default=OUT, help="the results JSON NAME.json (its samples beside it, NAME_samples.json.gz)")
-    args = ap.parse_args()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--releases", type=int, default=sum(MIX.values()),
+                    help="releases in all, in the issue's mix 30 same speed : 10 slower : 10 blue/green A/A "
+                         "(e.g. --releases 5 for a short run); --same/--slow/--blue-green override a kind's count")
+    ap.add_argument("--same", type=int, default=None, help="same-speed releases (copy and seed, alternating)")
+    ap.add_argument("--slow", type=int, default=None, help="slower releases")
+    ap.add_argument("--blue-green", type=int, default=None, help="local blue/green A/A releases (needs --bg-runtime)")
+    ap.add_argument("--paired", type=int, default=10,
+                    help="of the canary releases, how many also measure both designs (interleaved and concurrent) "
+                         "on the same replicas")
+    ap.add_argument("--slow-layers", type=int, default=6, help="layers of the slower model (the serving one has 2)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="Ray worker nodes beside the head (0: make demo's own cluster shape, one node)")
+    ap.add_argument("--bg-runtime", default=os.environ.get("RAYLIFT_BG_RUNTIME_PYTHON"),
+                    help="a second runtime env's Python for the blue/green releases (without it they are skipped, "
+                         "and the results say so)")
+    ap.add_argument("--seed", type=int, default=56, help="seeds the paired designs' order and their rounds' orders")
+    ap.add_argument("--out", type=Path, default=OUT,
+                    help="the results JSON NAME.json (its samples beside it, NAME_samples.json.gz)")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="write the planned releases (kinds, in order) to --out and stop: no stack is started")
+    ap.add_argument("--summarize", type=Path, default=None,
+                    help="a results JSON this script wrote: its summary computed again from its releases, to --out")
+    args = ap.parse_args(argv)
+    counts = split_releases(args.releases)
+    args.same = counts["same"] if args.same is None else args.same
+    args.slow = counts["slow"] if args.slow is None else args.slow
+    args.blue_green = counts["blue_green"] if args.blue_green is None else args.blue_green
+    if min(args.same, args.slow, args.blue_green, args.paired) < 0:
+        ap.error("release counts must be 0 or more")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.summarize is not None:  # the figures again from a run's own records (no stack)
+        earlier = json.loads(args.summarize.read_text())
+        write_results(args.out, {**earlier, "summary": summary(earlier["releases"])})
+        print(json.dumps(summary(earlier["releases"]), indent=1))
+        return 0
+    if args.plan_only:
+        order = plan_order(args.same, args.slow, args.blue_green)
+        write_results(args.out, {**payload([], args, 0, 0, time.monotonic(), {}), "plan": order})
+        print(json.dumps({"plan": order}))
+        return 0
+    from raylift.config import DEFAULT_REQUESTS_PER_LEVEL
     from raylift.targets.local import LocalTarget
 
+    skipped = None
+    if args.blue_green and not args.bg_runtime:
+        skipped = (f"{args.blue_green} blue/green release(s) skipped: no --bg-runtime (a second runtime env's "
+                   "Python, so that local releases blue/green)")
+        args.blue_green = 0
     tiny = Path(os.environ.get("RAYLIFT_TINY_MODEL", ROOT / ".cache/tiny-llama"))
     home = Path(tempfile.mkdtemp(prefix="raylift-aa-", dir=ROOT / "var"))
     env = stack_env(home, base=BASE)
+    if args.blue_green:
+        env["RAYLIFT_FRONT_PORT"] = str(BASE + 20)  # local blue/green needs raylift's front
     os.environ.update({k: v for k, v in env.items() if k.startswith("RAYLIFT_")})  # this process reads the stack too
     assert airflow(env, "db", "migrate", timeout=300).returncode == 0
-    conf = {**stack_conf(tiny), "workers": args.workers}
-    serve = f"http://127.0.0.1:{BASE + 10}"
-    order = plan_order(args.same, args.slow)
+    conf = {**stack_conf(tiny), "workers": args.workers, "on_inconclusive": "pass"}
+    serve = f"http://127.0.0.1:{BASE + (20 if args.blue_green else 10)}"
+    order = plan_order(args.same, args.slow, args.blue_green)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
+    meta: dict[str, Any] = {"skipped": skipped}
     try:
         if not first_deploy(env, home, conf):
             return 1
-        target = LocalTarget()  # the stack's local target: its dashboard, token and Serve waits
+        target = LocalTarget()  # the stack's local target: its dashboard, token, Serve waits and baseline room
         models = home / "models"
         slow_model = models / f"tiny-{args.slow_layers}-layers"
         make_model(slow_model, seed=0, layers=args.slow_layers)
         with Client(serve) as client, gzip.open(samples_path(args.out), "wt") as samples_out:
             time.sleep(5)
+            if args.slow:  # the slower model's slowdown measured alone first (each arm alone: interleaved)
+                alone = paired_release(target, SLOWER, str(slow_model), client, seed=args.seed,
+                                       requests_per_level=DEFAULT_REQUESTS_PER_LEVEL)
+                meta["slower_alone"] = {k: v for k, v in alone.items() if k != "samples"}
+            paired_left = args.paired
             for i, kind in enumerate(order):
                 path = None
                 if kind == "seed":
                     path = str(make_model(models / f"tiny-seed-{i}", seed=100 + i))
-                elif kind == "slower":
+                elif kind == SLOWER:
                     path = str(slow_model)
-                row, samples = release(target, kind, path, client)
-                rows.append({"i": i, **row})
-                samples_out.write(json.dumps({"i": i, **samples}) + "\n")
-                print(json.dumps({"i": i, "kind": kind, "seconds": row["seconds"], "nodes": row["nodes"],
-                                  **{d: (row[d]["action"], row[d]["verdict"], _r(row[d]["headline_change"]))
-                                     for d in ("vs_serving", "vs_fresh", "gate", "aa_fresh_vs_serving")},
-                                  "confirmed": row["gate"]["confirmed"]}), flush=True)
-                write(rows, args, client, t0)
-            client_total = {"sent": client.sent, "failed": len(client.failures), "failures": client.failures[:10]}
-        write(rows, args, client, t0, client_total)
+                row = {"i": i, **dag_release(env, home, release_conf(conf, kind, i, model_path=path,
+                                                                     bg_runtime=args.bg_runtime), kind, client)}
+                if kind != BLUE_GREEN and paired_left > 0:
+                    paired_left -= 1
+                    paired = paired_release(target, kind, path, client, seed=args.seed + i,
+                                            requests_per_level=DEFAULT_REQUESTS_PER_LEVEL)
+                    samples_out.write(json.dumps({"i": i, "kind": kind, **paired.pop("samples")}) + "\n")
+                    row["paired"] = paired
+                rows.append(row)
+                print(json.dumps({k: row.get(k) for k in ("i", "kind", "action", "verdict", "headline_change",
+                                                          "aa_spread", "seconds", "client_failed")}), flush=True)
+                write_results(args.out, payload(rows, args, client.sent, len(client.failures), t0, meta))
+            meta["client_failures"] = client.failures[:10]
+        write_results(args.out, payload(rows, args, client.sent, len(client.failures), t0, meta))
     finally:
         stop_stack(env)
     print(json.dumps(summary(rows), indent=1))
     return 0
 
 
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 4)
+def payload(rows: list[dict[str, Any]], args: argparse.Namespace, sent: int, failed: int, t0: float,
+            meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The results file's content: what ran, the targets' figures (:func:`summary`), every release, the client."""
+    return {"what": "issue 56: canary releases through raylift_deploy's own steps on make demo's cluster shape "
+                    "(default Params; baseline: a fresh replica of the anchor's config with the local room; design "
+                    "chosen by raylift.release.measured), a live client on the serving app throughout; on "
+                    f"{args.paired} of them both designs (interleaved, concurrent) on the same replicas",
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout.strip(),
+            "load_average": os.getloadavg(), "args": {k: (str(v) if isinstance(v, Path) else v)
+                                                      for k, v in vars(args).items()},
+            "seconds": round(time.monotonic() - t0), "summary": summary(rows), **dict(meta), "releases": rows,
+            "client": {"sent": sent, "failed": failed}}
 
 
-def plan_order(same: int, slow: int) -> list[str]:
-    """Same-speed releases alternating copy and seed, a slower one spread evenly among them."""
-    same_kinds = ["copy" if i % 2 == 0 else "seed" for i in range(same)]
-    order: list[str] = []
-    every = max(1, (same + slow) // max(1, slow))
-    while same_kinds or slow:
-        if slow and (len(order) % every == every - 1 or not same_kinds):
-            order.append("slower")
-            slow -= 1
-        else:
-            order.append(same_kinds.pop(0))
-    return order
-
-
-def write(rows: list[dict[str, Any]], args: argparse.Namespace, client: Client, t0: float,
-          client_total: dict[str, Any] | None = None) -> None:
-    out = {"what": "canary releases on the real local stack under a live client (1 chat request / 2 s on the "
-                   "serving app); each judged against the serving app and against a fresh replica of the serving "
-                   "config started beside it; the A/A pair fresh vs serving kept",
-           "date": datetime.now(UTC).isoformat(timespec="seconds"),
-           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                    text=True).stdout.strip(),
-           "load_average": os.getloadavg(), "slow_layers": args.slow_layers, "workers": args.workers,
-           "seconds": round(time.monotonic() - t0), "summary": summary(rows), "releases": rows,
-           "client": client_total or {"sent": client.sent, "failed": len(client.failures)}}
-    args.out.parent.mkdir(exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+def write_results(out: Path, content: Mapping[str, Any]) -> None:
+    """Write the results whole (a temp file renamed), so a run stopped midway leaves the last complete file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(content, indent=1, default=str))
+    tmp.replace(out)
 
 
 if __name__ == "__main__":
