@@ -1,4 +1,11 @@
-"""The Params (JSON schema) of raylift's DAGs: one definition, shared by the trigger form and the REST API."""
+"""The Params (JSON schema) of raylift's DAGs: one definition, shared by the trigger form and the REST API.
+
+The DAGs render templates as native objects, and Jinja's native rendering reads a rendered string as a Python
+literal (``jinja2.nativetypes.native_concat``: ``ast.literal_eval``): ``"{{ params.revision }}"`` turned revision
+``"2024"`` into the int 2024. A string Param is therefore handed to its operator as ``"{{ params.<name> | pprint }}"``
+(its repr, which the literal reading turns back into the same string; null stays None):
+tests/dags/test_string_params.py checks every DAG's string Params.
+"""
 
 from __future__ import annotations
 

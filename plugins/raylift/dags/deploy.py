@@ -33,7 +33,7 @@ from raylift.sensors.cluster import RayClusterReadySensor
 TARGET = {
     "target": "{{ params.target }}",
     "target_options": "{{ params.target_options }}",
-    "cluster_conn_id": "{{ params.cluster_conn_id }}",
+    "cluster_conn_id": "{{ params.cluster_conn_id | pprint }}",
 }
 
 with DAG(
@@ -56,9 +56,9 @@ with DAG(
     build = BuildArtifactOperator(task_id="build_artifact", **IMAGE)
     stage = StageModelOperator(
         task_id="stage_model",
-        model_source="{{ params.model_source }}",
-        model_id="{{ params.model_id }}",
-        revision="{{ params.revision }}",
+        model_source="{{ params.model_source | pprint }}",
+        model_id="{{ params.model_id | pprint }}",
+        revision="{{ params.revision | pprint }}",
         allow_patterns="{{ params.hub_allow_patterns }}",
         ignore_patterns="{{ params.hub_ignore_patterns }}",
         **IMAGE,
@@ -73,9 +73,9 @@ with DAG(
         task_id="deploy",
         artifact=build.output,
         model=stage.output,
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         serve_config="{{ params.serve_config }}",
-        served_name="{{ params.served_name }}",
+        served_name="{{ params.served_name | pprint }}",
         replicas="{{ params.replicas }}",
         engine_args="{{ params.engine_args }}",
         app_args="{{ params.app_args }}",
@@ -89,13 +89,13 @@ with DAG(
     smoke = SmokeTestOperator(
         task_id="smoke_test",
         deployed=deploy.output,  # where the candidate answers, and the name it is served by
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         **RELEASE,
     )
     benchmark = BenchmarkOperator(
         task_id="benchmark",
         deployed=deploy.output,
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         profile="{{ params.benchmark_profile }}",
         concurrency="{{ params.concurrency }}",
         requests_per_level="{{ params.requests_per_level }}",
@@ -108,7 +108,7 @@ with DAG(
     )
     gate = ReleaseGateOperator(
         task_id="gate",
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         deployed=deploy.output,
         benchmark=benchmark.output,
         slos="{{ params.slos }}",
@@ -124,7 +124,7 @@ with DAG(
     approve = ReleaseApprovalOperator(task_id="approve_release", decision=gate.output["decision"], **IMAGE)
     promote = PromoteReleaseOperator(
         task_id="promote",
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         deployed=deploy.output,
         decision=gate.output["decision"],
         approval=approve.output,  # None unless the gate held the release and a person approved it
@@ -146,7 +146,7 @@ with DAG(
     )
     # runs when a step failed or the release was rejected (the gate or the approval fails, so promote is
     # upstream_failed): removes the canary, restores the app if this run's config is still serving
-    rollback = RollbackUnprovenOperator(task_id="rollback", app_name="{{ params.app_name }}", **RELEASE)
+    rollback = RollbackUnprovenOperator(task_id="rollback", app_name="{{ params.app_name | pprint }}", **RELEASE)
     release = ReleaseClusterLeaseOperator(task_id="release_cluster_lease", **IMAGE)
     chain(profile, build, stage, acquire, scale, ready, deploy, smoke, benchmark, gate)
     gate >> [approve, promote]  # the gate follows one: promote, or approve_release (held)

@@ -65,7 +65,7 @@ with DAG(
         task_id="last_good_conf",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         map_index_template="{{ task.cluster_conn_id or task.target }}",
     ).expand(cluster_conn_id=clusters.output)
     deploys = TriggerDagRunOperator.partial(

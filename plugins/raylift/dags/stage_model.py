@@ -29,13 +29,13 @@ with DAG(
 ) as dag:
     StageModelOperator(
         task_id="stage_model",
-        model_source="{{ params.model_source }}",
-        model_id="{{ params.model_id }}",
-        revision="{{ params.revision }}",
+        model_source="{{ params.model_source | pprint }}",
+        model_id="{{ params.model_id | pprint }}",
+        revision="{{ params.revision | pprint }}",
         allow_patterns="{{ params.hub_allow_patterns }}",
         ignore_patterns="{{ params.hub_ignore_patterns }}",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
-        cluster_conn_id="{{ params.cluster_conn_id }}",
+        cluster_conn_id="{{ params.cluster_conn_id | pprint }}",
         outlets=[staged_model_alias()],
     )

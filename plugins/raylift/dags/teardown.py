@@ -24,5 +24,5 @@ with DAG(
         task_id="teardown",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
-        cluster_conn_id="{{ params.cluster_conn_id }}",
+        cluster_conn_id="{{ params.cluster_conn_id | pprint }}",
     )

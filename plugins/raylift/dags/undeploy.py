@@ -26,8 +26,8 @@ with DAG(
 ) as dag:
     UndeployAppOperator(
         task_id="undeploy_app",
-        app_name="{{ params.app_name }}",
+        app_name="{{ params.app_name | pprint }}",
         target="{{ params.target }}",
         target_options="{{ params.target_options }}",
-        cluster_conn_id="{{ params.cluster_conn_id }}",
+        cluster_conn_id="{{ params.cluster_conn_id | pprint }}",
     )
