@@ -85,7 +85,7 @@ def test_the_undeploy_dag_names_its_app() -> None:
     import raylift_undeploy
 
     task = raylift_undeploy.dag.get_task("undeploy_app")
-    assert task.app_name == "{{ params.app_name }}" and "app_name" in raylift_undeploy.dag.params
+    assert task.app_name == "{{ params.app_name | pprint }}" and "app_name" in raylift_undeploy.dag.params
 
 
 def test_a_write_built_on_a_stale_read_is_refused_naming_the_change(two_apps: ServeStandin) -> None:
