@@ -97,9 +97,12 @@ def deploy_params() -> dict[str, Param]:
             minLength=1,
             description="Local path, file://, s3://bucket/prefix, or a hub repo id (org/name)",
         ),
-        "model_id": param(param_default("model_id"), type=["null", "string"], minLength=1,
+        # a folder per '/' part in the model store: bounded here so a name too long for a file system is refused at
+        # trigger time, not with ENAMETOOLONG mid-run (the hub's own parts are at most 96 characters)
+        "model_id": param(param_default("model_id"), type=["null", "string"], minLength=1, maxLength=256,
+                          pattern=r"^[^/]{1,128}(/[^/]{1,128})*$",
                           description="Name in the model store (null: the source's own: a hub repo id, else its last "
-                          "path segment)"),
+                          "path segment); at most 256 characters, 128 a '/'-part"),
         "revision": param(param_default("revision"), type=["string", "null"], description="Hub revision / tag (empty: default)"),
         "hub_allow_patterns": param(
             param_default("hub_allow_patterns"), type=["null", "array"], items={"type": "string"},

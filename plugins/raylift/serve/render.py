@@ -7,10 +7,28 @@ Param and what to pass instead.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from raylift.errors import RayliftValueError
 from raylift.serve.config import app_kind, apply_autoscaling, render_app
+
+# engine_args / app_args travel as one JSON string: in the Serve config, and as one argv string of the engine-args
+# check (python -m llm.check_args '<json>'), where Linux caps a single argument at 128 KiB (MAX_ARG_STRLEN): past it
+# the check failed mid-run with E2BIG. 64 KiB is far above any real engine config (a chat template included).
+ARGS_MAX_BYTES = 64 * 1024
+
+
+def bounded_args(value: dict[str, Any], name: str) -> dict[str, Any]:
+    """``value`` if its JSON is at most :data:`ARGS_MAX_BYTES`, else a RayliftValueError naming the Param."""
+    size = len(json.dumps(value).encode())
+    if size > ARGS_MAX_BYTES:
+        raise RayliftValueError(
+            f"'{name}' is {size} bytes as JSON, over the {ARGS_MAX_BYTES // 1024} KiB raylift takes (it is handed to "
+            "the engine-args check as one command-line argument): keep large content such as a chat template in a "
+            "file in the model's folder and name the file instead. Nothing was deployed."
+        )
+    return value
 
 
 def non_negative_int(value: Any, name: str, hint: str = "") -> int:
@@ -43,6 +61,7 @@ def deploy_app(
     for field, value in (("engine_args", engine_args), ("app_args", app_args), ("autoscaling", autoscaling)):
         if not isinstance(value, dict):
             raise RayliftValueError(f"'{field}' must be a JSON object, got {type(value).__name__}.")
+        bounded_args(value, field)
     kind = app_kind(base["applications"][0])
     if engine_args and not kind.engine:
         raise RayliftValueError(

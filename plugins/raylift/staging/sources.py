@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 HUB_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# a model's name is a folder (one per '/' part) in the model store: a part over the file-name limit (255 bytes on
+# Linux filesystems; the margin is for the temporary names staging writes beside it) failed with ENAMETOOLONG
+MODEL_ID_SEGMENT_MAX_BYTES = 200
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,12 @@ def model_id_from_source(source: str) -> str:
     if not name or name in (".", "..", "~") or (text.startswith("s3://") and "/" not in path):
         raise ModelSourceError(
             f"Cannot name the model from model_source {source!r}: set the 'model_id' Param (its name in the store)."
+        )
+    if len(name.encode()) > MODEL_ID_SEGMENT_MAX_BYTES:
+        raise ModelSourceError(
+            f"model_source {source[:80]!r}... ends in a name of {len(name.encode())} bytes, too long for a folder "
+            f"name in the model store (at most {MODEL_ID_SEGMENT_MAX_BYTES} bytes): set the 'model_id' Param to a "
+            "shorter name."
         )
     return name
 
