@@ -407,3 +407,27 @@ def test_an_unclear_canary_pilot_is_measured_again_at_four_times_the_requests_wh
     benchmark(canary(faster, serving), "manual__clear", xcoms, config=NEW_VERSION, concurrency=[4])
     clear = state.store.read_json(f"{run_key('manual__clear')}/benchmark.json")
     assert "pilot" not in clear and [lv["requests"] for lv in clear["levels"]] == [16]
+
+
+def test_on_local_the_arms_are_measured_alone_and_a_noisy_stack_abstains(
+    stub: Callable[..., str], state: DeploymentState
+) -> None:
+    """Issue 56: on ``local`` (one machine) the benchmark step measures the canary and its baseline interleaved and
+    says why; with the app's last same-config canaries 20 % apart, a regression the noise could give is refused as
+    inconclusive naming the spread, and on_inconclusive decides."""
+    serving, candidate = stub(**STEADY), stub(**SLOWER)
+    for i, headline in enumerate((0.2, -0.2, 0.2)):  # three earlier A/A canaries of this app
+        state.store.write_json(f"{state.prefix}/aa/r{i}.json", {"headline": headline, "at": f"2026-12-0{i + 1}"})
+    xcoms = XComs()
+    benchmark(canary(candidate, serving), "manual__noisy_stack", xcoms, config=NEW_VERSION)
+    result = state.store.read_json(f"{run_key('manual__noisy_stack')}/benchmark.json")
+    assert result["design"]["name"] == "interleaved" and "one machine" in result["design"]["why"], result["design"]
+    assert len(result["design"]["orders"]) == sum(lv["rounds"] for lv in result["levels"])
+    assert result["noise"]["aa_spread"] == pytest.approx(0.2)
+    assert gate(canary(candidate, serving), "manual__noisy_stack", xcoms, on_inconclusive="pass") == "promote"
+    decision = xcoms[("gate", "decision")]
+    assert decision["verdict"] == "inconclusive" and decision["headline_change"] > 0.5, decision
+    assert "20.0%" in " ".join(decision["reasons"]) and decision["evidence"]["aa_spread"] == pytest.approx(0.2)
+    assert decision["design"]["name"] == "interleaved"
+    with pytest.raises(GateError, match=r"inconclusive.*same config differ by 20.0%"):
+        gate(canary(candidate, serving), "manual__noisy_stack", xcoms, on_inconclusive="fail")

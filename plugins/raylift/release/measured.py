@@ -130,7 +130,7 @@ def measure(target: Target, deployed: Mapping[str, Any], endpoint: str, served_n
         result, baseline = measure_canary(target, deployed, endpoint, served_name, app_name, options, slos=slos,
                                           progress=progress)
         if state is not None:
-            result["noise"] = {k: v for k, v in noise_evidence(state).items()}
+            result["noise"] = noise_evidence(state)
             if run_id is not None and deployed.get("release") == "canary":
                 saved = state.canary(run_id)
                 plan = CanaryPlan.from_dict(saved) if saved else None
