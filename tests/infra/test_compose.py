@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
 AIRFLOW = ["airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-init"]
 RAY = ["ray-head", "ray-worker"]
+FERNET = "airflow-fernet-key"  # the one-shot step that gives the stack its Fernet key
 
 
 def compose_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,7 +48,7 @@ def test_the_validator_rejects_what_the_spec_forbids(tmp_path: Path) -> None:
 
 
 def test_services(resolved: dict[str, Any]) -> None:
-    assert set(resolved["services"]) == {"postgres", *AIRFLOW, *RAY}
+    assert set(resolved["services"]) == {"postgres", *AIRFLOW, *RAY, FERNET}
 
 
 def test_every_service_has_a_healthcheck(resolved: dict[str, Any]) -> None:
@@ -105,3 +106,79 @@ def test_secrets_are_local_defaults_overridable_from_env(resolved: dict[str, Any
     assert run.returncode == 0, run.stderr
     conn = json.loads(run.stdout)["services"]["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     assert ":from-dot-env@postgres:5432/" in conn
+
+
+# -- the Fernet key: Airflow encrypts connection passwords (a cluster's Ray token) and Variables with it ------------
+def _key_script(resolved: dict[str, Any]) -> str:
+    """The Fernet-key step's shell script as the container gets it: `compose config` keeps the ``$$`` escapes (its
+    output is a Compose file again), which Compose turns into ``$`` when it creates the container."""
+    service = resolved["services"][FERNET]
+    assert service["entrypoint"] == ["/bin/sh", "-c"], service.get("entrypoint")
+    return str(service["command"][0]).replace("$$", "$")
+
+
+def test_every_airflow_service_reads_a_generated_fernet_key(resolved: dict[str, Any]) -> None:
+    """Issue 57: ``AIRFLOW__CORE__FERNET_KEY: ${AIRFLOW_FERNET_KEY:-}`` gave every service an empty key, so Airflow
+    stored connection passwords (Ray tokens) unencrypted. Now no service has an empty key: each reads the key file
+    the Fernet-key step writes (``_CMD``, a sensitive option's command form), from a volume Ray's nodes never mount."""
+    services = resolved["services"]
+    key_file = services[FERNET]["environment"]["RAYLIFT_FERNET_KEY_FILE"]
+    for name in AIRFLOW:
+        env = services[name]["environment"]
+        assert "AIRFLOW__CORE__FERNET_KEY" not in env, f"{name}: an empty Fernet key stores secrets in clear"
+        assert env["AIRFLOW__CORE__FERNET_KEY_CMD"] == f"cat {key_file}", name
+        keys = [v for v in services[name]["volumes"] if v.get("source") == "airflow-keys"]
+        assert keys and keys[0]["target"] == str(Path(key_file).parent) and keys[0].get("read_only"), name
+        assert services[name]["depends_on"][FERNET]["condition"] == "service_completed_successfully", name
+    for name in [*RAY, "postgres"]:
+        assert all(v.get("source") != "airflow-keys" for v in services[name].get("volumes", [])), name
+
+
+def _run_key_step(script: str, key_file: Path, given: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "RAYLIFT_FERNET_KEY_FILE": str(key_file),
+                               "AIRFLOW_FERNET_KEY": given, "AIRFLOW_UID": "50000"})
+
+
+def test_the_fernet_key_step_writes_a_key_once_and_airflow_encrypts_with_it(resolved: dict[str, Any],
+                                                                             tmp_path: Path) -> None:
+    """The step's own script (as Compose runs it) makes a valid Fernet key, keeps it on the next start, and
+    Airflow's own config reads it through the services' ``_CMD`` and encrypts with it."""
+    import os
+    import sys
+
+    from cryptography.fernet import Fernet
+
+    script, key_file = _key_script(resolved), tmp_path / "keys/fernet_key"
+    key_file.parent.mkdir()
+    first = _run_key_step(script, key_file)
+    assert first.returncode == 0, first.stderr
+    key = key_file.read_text()
+    Fernet(key.encode())  # a valid key: 32 random bytes, URL-safe base64
+    assert oct(key_file.stat().st_mode & 0o777) == "0o400"
+    assert _run_key_step(script, key_file).returncode == 0 and key_file.read_text() == key  # kept, not replaced
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__CORE__FERNET_KEY")}
+    env["AIRFLOW__CORE__FERNET_KEY_CMD"] = resolved["services"]["airflow-scheduler"]["environment"][
+        "AIRFLOW__CORE__FERNET_KEY_CMD"].replace(resolved["services"][FERNET]["environment"]["RAYLIFT_FERNET_KEY_FILE"],
+                                                 str(key_file))
+    code = ("from airflow.models.crypto import get_fernet; f = get_fernet(); "
+            "print(f.is_encrypted, f.decrypt(f.encrypt(b'ray-token')).decode())")
+    airflow = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert airflow.stdout.split() == ["True", "ray-token"], airflow.stderr[-2000:]
+    assert Fernet(key.encode()).decrypt(Fernet(key.encode()).encrypt(b"x")) == b"x"
+
+
+def test_a_fernet_key_from_env_is_used_and_never_silently_replaced(resolved: dict[str, Any], tmp_path: Path) -> None:
+    """``AIRFLOW_FERNET_KEY`` (from .env) becomes the stack's key on the first start; a different one later is
+    refused by name (the stored secrets are encrypted with the first: rotate with Airflow's rotate-fernet-key), as
+    is a value that is not a Fernet key."""
+    from cryptography.fernet import Fernet
+
+    script, key_file = _key_script(resolved), tmp_path / "keys/fernet_key"
+    key_file.parent.mkdir()
+    bad = _run_key_step(script, key_file, given="not-a-key")
+    assert bad.returncode != 0 and "AIRFLOW_FERNET_KEY" in bad.stderr and not key_file.exists()
+    mine = Fernet.generate_key().decode()
+    assert _run_key_step(script, key_file, given=mine).returncode == 0 and key_file.read_text() == mine
+    other = _run_key_step(script, key_file, given=Fernet.generate_key().decode())
+    assert other.returncode != 0 and "rotate-fernet-key" in other.stderr and key_file.read_text() == mine

@@ -199,6 +199,14 @@ def test_the_readme_compose_trigger_serves_the_model(tmp_path: Path) -> None:
         home.mkdir(parents=True)
         airflow_env = {"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": str(home),
                        **network.airflow_env(layout, airflow_home)}
+        # the stack's Fernet key: airflow-fernet-key's own script (Compose unescapes its $$), its key file under fs,
+        # read as the services' AIRFLOW__CORE__FERNET_KEY_CMD reads it
+        key_step = services["airflow-fernet-key"]
+        key_env = {"PATH": "/usr/bin:/bin", **compose_layout(key_step, {}, fs)}
+        keyed = subprocess.run(["/bin/sh", "-c", str(key_step["command"][0]).replace("$$", "$")], env=key_env,
+                               capture_output=True, text=True, timeout=60)
+        assert keyed.returncode == 0, keyed.stderr[-2000:]
+        airflow_env["AIRFLOW__CORE__FERNET_KEY_CMD"] = f"cat {key_env['RAYLIFT_FERNET_KEY_FILE']}"
 
         def airflow_cli(words: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
             assert words[0] == "airflow", words
