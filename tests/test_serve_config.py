@@ -69,6 +69,13 @@ def test_prefixes_that_take_nothing_from_each_other_are_kept(theirs: str, ours: 
     assert [a["route_prefix"] for a in merged["applications"]] == [theirs, ours]
 
 
+def test_an_app_without_an_http_route_shadows_nothing() -> None:
+    """route_prefix null: Serve gives the app no HTTP route, so it takes nothing from an app at '/'."""
+    current = {"applications": [{"name": "other", "route_prefix": None, "import_path": "t:app"}]}
+    app = render_app(base(), app_name="llm", working_dir="file:///a.zip", args={})
+    assert len(merge_app(current, app, defaults=base())["applications"]) == 2
+
+
 def test_first_deploy_takes_defaults() -> None:
     app = render_app(base(), app_name="llm", working_dir="file:///a.zip", args={})
     merged = merge_app({"applications": []}, app, defaults={**base(), "http_options": {"port": 1234}})

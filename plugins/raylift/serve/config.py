@@ -228,9 +228,13 @@ def shadowing(prefix: str, other: str) -> str | None:
 
 def _check_no_shadowing(app: dict[str, Any], apps: list[dict[str, Any]]) -> None:
     """Refuse ``app`` beside ``apps`` when their route prefixes would take each other's traffic (:func:`shadowing`);
-    a missing prefix is Serve's default, ``/``."""
+    a missing prefix is Serve's default, ``/``; an explicit null takes no HTTP traffic (Serve exposes no route)."""
+    if "route_prefix" in app and app["route_prefix"] is None:
+        return
     prefix = str(app.get("route_prefix") or "/")
     for other in apps:
+        if "route_prefix" in other and other["route_prefix"] is None:
+            continue
         why = shadowing(prefix, str(other.get("route_prefix") or "/"))
         if why:
             raise RayliftValueError(
