@@ -102,6 +102,9 @@ COMPONENT: dict[str, tuple[str, tuple[str, ...]]] = {
         "test_every_dashboard_call_shares_one_tls_context",
     )),
     "tests/hooks/test_ray_drain.py": ("ray start (a real Ray head and worker)", ALL),
+    "tests/hooks/test_cluster_identity.py": ("airflow db migrate and Airflow's CLI", (
+        "test_a_connection_in_the_metadata_database_to_a_cluster_another_drives_is_refused",
+    )),
     "tests/hooks/test_raylift_cluster.py": ("a dashboard stand-in on 127.0.0.1", (
         "test_a_params_url_gets_no_token_and_the_run_is_refused_by_name",
         "test_the_connections_own_host_gets_its_token",

@@ -20,9 +20,11 @@ connection form stores them as extras under their own names, which this module r
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,20 +159,74 @@ def check_model_store(value: str | None, *, where: str, from_params: bool, defau
     )
 
 
+def canonical_host(host: str) -> str:
+    """One spelling of a host: lower-case, the trailing dot of a fully qualified name dropped, an international name
+    in its IDNA (``xn--``) form, an IP address in its compressed form (``::ffff:10.0.0.1`` is ``10.0.0.1``)."""
+    name = host.strip().strip("[]").lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        try:
+            return name.encode("idna").decode("ascii")
+        except UnicodeError:
+            return name
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """Where ``url`` points, whatever its scheme says about how: its canonical host and its port (the scheme's
+    default made explicit: ``https://Host.`` is ``host``, 443)."""
+    parts = urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
+    port = parts.port or (443 if parts.scheme.lower() in ("https", "wss") else 80)
+    return canonical_host(parts.hostname or ""), port
+
+
 def location(kind: str, options: dict[str, Any]) -> tuple[str, ...] | None:
     """Where a cluster of ``kind`` with ``options`` is, in one spelling (None: not known from the options alone,
-    or ``local``, this worker's own cluster). Two connections with one location point at one cluster."""
-    def opt(name: str) -> str:
+    or ``local``, this worker's own cluster). Two connections with one location point at one cluster. Only what
+    says where the cluster is counts, never how it is reached: a ``ray`` cluster is its dashboard's host and port
+    (``canonical_host``; ``http``/``https`` only default the port), ``ecs`` its region and cluster, ``eks`` its
+    region, cluster, namespace and RayService (their defaults made explicit); never ``aws_conn_id``,
+    ``serve_url`` or ``kubernetes_conn_id``."""
+    def opt(name: str, default: str = "") -> str:
         value = options.get(name)
-        return str(value).strip().lower() if value is not None else ""
+        return str(value).strip().lower() if value not in (None, "") else default
 
     if kind == "ray" and isinstance(options.get("dashboard_url"), str):
-        return ("ray", origin(options["dashboard_url"]))
+        host, port = host_port(options["dashboard_url"])
+        return ("ray", host, str(port))
     if kind == "ecs" and options.get("cluster"):
         return ("ecs", opt("region_name"), opt("cluster"))
     if kind == "eks" and options.get("cluster_name"):
-        return ("eks", opt("region_name"), opt("cluster_name"), opt("namespace"), opt("rayservice_name"))
+        return ("eks", opt("region_name"), opt("cluster_name"), opt("namespace", "raylift"),
+                opt("rayservice_name", "raylift"))
     return None
+
+
+def _addresses(host: str, port: str) -> frozenset[str]:
+    """The addresses ``host`` resolves to (itself, canonical, when it does not resolve)."""
+    try:
+        infos = socket.getaddrinfo(host, int(port), proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError, ValueError):
+        return frozenset({host})
+    return frozenset(canonical_host(str(info[4][0])) for info in infos)
+
+
+def same_place(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
+    """Whether two locations are one cluster: the same spelling, or (``ray``) the same port on hosts that resolve
+    to a common address (a name and its IP address, two names of one host)."""
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    if a[0] != "ray" or b[0] != "ray" or a[2] != b[2]:
+        return False
+    return bool(_addresses(a[1], a[2]) & _addresses(b[1], b[2]))
+
+
+#: options that say how a cluster is reached or where its state lives, not where it is: they never move its identity
+HOW_KEYS = frozenset({"aws_conn_id", "serve_url", "kubernetes_conn_id"})
 
 
 @dataclass(frozen=True)
@@ -192,11 +248,15 @@ class ClusterConnection:
 
     @property
     def identity(self) -> str:
-        """The cluster's identity for release state and the writer lease: the connection id plus a digest of
-        where the connection points (kind and reach options). A connection re-pointed at another cluster gets
-        another identity, so it does not inherit that cluster's history; a restart of the same cluster keeps it."""
-        reach = {k: v for k, v in sorted(self.options.items()) if k in REACH_KEYS}  # URLs normalised when parsed
-        digest = hashlib.sha256(json.dumps([self.kind, reach], sort_keys=True).encode()).hexdigest()[:12]
+        """The cluster's identity for release state and the writer lease: the connection id plus a digest of where
+        the cluster is (``location``: not how it is reached, so an edit of ``aws_conn_id`` or ``serve_url`` keeps
+        it, and ``https://Host.:443`` is ``https://host``). Where the options do not say where it is (``local``),
+        the digest is of what they say but ``HOW_KEYS``. A connection re-pointed at another cluster gets another
+        identity, so it does not inherit that cluster's history; a restart of the same cluster keeps it."""
+        where: Any = self.location
+        if where is None:
+            where = [self.kind, {k: v for k, v in sorted(self.options.items()) if k in REACH_KEYS - HOW_KEYS}]
+        digest = hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.conn_id}@{digest}"
 
     def token_origins(self) -> frozenset[str]:
@@ -283,13 +343,52 @@ def check_sole_owner(cluster: ClusterConnection) -> None:
     if where is None:
         return
     for other in known_clusters():
-        if other.conn_id != cluster.conn_id and other.location == where:
+        if other.conn_id != cluster.conn_id and same_place(other.location, where):
             first, second = sorted((cluster.conn_id, other.conn_id))
             raise ClusterConnectionError(
                 f"Airflow connections {first!r} and {second!r} point at the same cluster ({', '.join(where)}): "
                 f"one cluster has one identity, one writer lease and one release history, so keep one (the one "
                 f"your runs and its release state already use) and delete the other. Nothing was sent."
             )
+
+
+#: where a state store records which connection owns each cluster it keeps state for (``claim_cluster``)
+OWNERS_PREFIX = "_raylift/clusters"
+
+
+def claim_cluster(cluster: ClusterConnection, store: Any) -> None:
+    """Refuse ``cluster`` when another connection, wherever Airflow keeps it, already drives the same cluster;
+    else record it as the cluster's connection in ``store`` (its state store).
+
+    Why: ``check_sole_owner`` sees only the connections this worker can list (``AIRFLOW_CONN_*``, the allow-list),
+    and Airflow offers no listing of those in the metadata database or a secrets backend (a worker reads a
+    connection by its id only: ``BaseHook.get_connection``, through the Task Execution API or each backend's
+    ``get_connection``). So the first connection to use a cluster is recorded under the cluster's location
+    (``<OWNERS_PREFIX>/<digest>.json``), and another id at that location is refused while the recorded one still
+    exists and still points there (looked up by its id, in any backend); a recorded connection that was deleted
+    or re-pointed hands the cluster over."""
+    where = cluster.location
+    if where is None:
+        return
+    key = f"{OWNERS_PREFIX}/{hashlib.sha256(json.dumps(list(where)).encode()).hexdigest()[:16]}.json"
+    claim = store.read_json(key)
+    owner = claim.get("conn_id") if isinstance(claim, dict) else None
+    if owner == cluster.conn_id:
+        return
+    if isinstance(owner, str):
+        try:
+            held: ClusterConnection | None = parse_connection(owner, BaseHook.get_connection(owner))
+        except Exception:  # noqa: BLE001 - deleted, or no longer a cluster connection: it owns nothing
+            held = None
+        if held is not None and same_place(held.location, where):
+            first, second = sorted((cluster.conn_id, owner))
+            raise ClusterConnectionError(
+                f"Airflow connections {first!r} and {second!r} point at the same cluster ({', '.join(where)}; "
+                f"{owner!r} drives it, as recorded in its state store under {key}): one cluster has one identity, "
+                "one writer lease and one release history, so keep one (the one its runs already use) and delete "
+                "the other, wherever it is stored (metadata database, secrets backend, environment). Nothing was sent."
+            )
+    store.write_json(key, {"conn_id": cluster.conn_id, "location": list(where)})
 
 
 def check_unowned(kind: str, options: dict[str, Any]) -> None:
@@ -300,7 +399,7 @@ def check_unowned(kind: str, options: dict[str, Any]) -> None:
     if where is None:
         return
     for other in known_clusters():
-        if other.location == where:
+        if same_place(other.location, where):
             raise ClusterConnectionError(
                 f"This run's target_options point at the cluster of Airflow connection {other.conn_id!r} "
                 f"({', '.join(where)}): set the cluster_conn_id Param to {other.conn_id!r} (and drop those "

@@ -98,6 +98,7 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
         check_sole_owner,
         check_store_uri,
         check_unowned,
+        claim_cluster,
     )
 
     options = dict(target_options or {})
@@ -127,7 +128,9 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
             "its cluster is, where its state lives and where its token goes: change the connection (or add "
             "another one), and remove these from target_options. Nothing was sent."
         )
-    return get_target(cluster.kind, cluster_connection=cluster, **{**cluster.options, **options})
+    driven = get_target(cluster.kind, cluster_connection=cluster, **{**cluster.options, **options})
+    claim_cluster(cluster, driven.state_store())  # another connection to it, wherever stored: refused
+    return driven
 
 
 __all__ = ["TARGETS", "Target", "get_target", "resolve_target"]
