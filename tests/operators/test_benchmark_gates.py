@@ -10,6 +10,7 @@ touches a cluster. Promote runs for direct releases (it only records: the app al
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -423,11 +424,18 @@ def test_on_local_the_arms_are_measured_alone_and_a_noisy_stack_abstains(
     result = state.store.read_json(f"{run_key('manual__noisy_stack')}/benchmark.json")
     assert result["design"]["name"] == "interleaved" and "one machine" in result["design"]["why"], result["design"]
     assert len(result["design"]["orders"]) == sum(lv["rounds"] for lv in result["levels"])
-    assert result["noise"]["aa_spread"] == pytest.approx(0.2)
+    # the A/A inside the release: the baseline's stub measured again in its own turns, against itself
+    orders = result["design"]["orders"]
+    assert all(sorted(o["order"]) == ["baseline", "baseline_aa", "candidate"] for o in orders), orders
+    own = result["aa"]["headline_change"]
+    assert abs(own) < 0.2 and result["noise"]["this_release"] == {"in-release": own}
+    spread = math.sqrt((3 * 0.04 + own * own) / 4)  # the log's three and this release's
+    assert result["noise"]["aa_spread"] == pytest.approx(spread)
     assert gate(canary(candidate, serving), "manual__noisy_stack", xcoms, on_inconclusive="pass") == "promote"
     decision = xcoms[("gate", "decision")]
     assert decision["verdict"] == "inconclusive" and decision["headline_change"] > 0.5, decision
-    assert "20.0%" in " ".join(decision["reasons"]) and decision["evidence"]["aa_spread"] == pytest.approx(0.2)
+    assert f"{spread:.1%}" in " ".join(decision["reasons"]) and decision["evidence"]["aa_spread"] == pytest.approx(
+        spread)
     assert decision["design"]["name"] == "interleaved"
-    with pytest.raises(GateError, match=r"inconclusive.*same config differ by 20.0%"):
+    with pytest.raises(GateError, match=r"inconclusive.*two arms of the same config differ by"):
         gate(canary(candidate, serving), "manual__noisy_stack", xcoms, on_inconclusive="fail")

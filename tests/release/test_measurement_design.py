@@ -11,7 +11,7 @@ import pytest
 from raylift.measure.runner import CONCURRENT, INTERLEAVED
 from raylift.release.canary import CanaryPlan
 from raylift.release.decision import AA_MIN_SAMPLES
-from raylift.release.measured import keep_aa, measurement_design, noise_evidence
+from raylift.release.measured import aa_headline, learn_noise, measurement_design, noise_evidence
 from raylift.release.state import DeploymentState
 from raylift.serve.config import config_hash
 from raylift.store import LocalStore
@@ -55,16 +55,20 @@ def _plan(candidate: dict[str, Any], source: dict[str, Any]) -> CanaryPlan:
                       baseline_runs="fresh-anchor", baseline_source=config_hash(source))
 
 
-def test_same_config_canaries_fill_the_aa_log_and_the_spread_is_learned_from_it(tmp_path: Path) -> None:
+def test_each_release_adds_its_aas_to_the_log_and_the_spread_is_learned_from_it(tmp_path: Path) -> None:
     state = DeploymentState(LocalStore(tmp_path), "local", "llm")
     app = {"name": "llm", "args": {"model": "/store/a"}}
     other = {"name": "llm", "args": {"model": "/store/b"}}
     assert noise_evidence(state)["aa_spread"] is None  # nothing learned yet
-    # a canary of another config is no A/A: nothing kept
-    assert keep_aa(state, "r0", _plan(other, app), _arm(110), _arm(100)) is None
-    kept = [keep_aa(state, f"r{i}", _plan(app, app), _arm(100 * (1 + d)), _arm(100))
-            for i, d in enumerate((0.1, -0.1, 0.1), start=1)]
-    assert all(k is not None for k in kept) and kept[0] == pytest.approx(0.1, abs=0.01)
-    learned = noise_evidence(state)
+    # a canary of another config, measured without an in-release A/A (concurrent): nothing to learn
+    learned = learn_noise(state, "r0", _plan(other, app), _arm(110), _arm(100))
+    assert learned["aa_spread"] is None and learned["headlines"] == []
+    # an in-release A/A (the baseline measured again: +10 %) and a canary of the anchor's own config (-10 %)
+    learned = learn_noise(state, "r1", _plan(app, app), {**_arm(90), "aa": {"headline_change": 0.1}}, _arm(100))
+    assert sorted(round(h, 2) for h in learned["headlines"]) == [-0.1, 0.1]
+    assert learned["aa_spread"] is None  # two are not enough to believe a spread
+    learned = learn_noise(state, "r2", _plan(other, app), {**_arm(150), "aa": {"headline_change": -0.1}}, _arm(100))
     assert len(learned["headlines"]) == AA_MIN_SAMPLES and learned["aa_spread"] == pytest.approx(0.1, abs=0.01)
-    assert "last 3 same-config canaries" in learned["source"]
+    assert "last 3 A/A measurements" in learned["source"]
+    assert learned["this_release"] == {"in-release": -0.1}  # the 50 % slower canary of another config is no A/A
+    assert aa_headline(_arm(110), _arm(100)) == pytest.approx(0.1, abs=0.01)

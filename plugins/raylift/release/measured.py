@@ -13,10 +13,15 @@ stack (issue 56) two identical vLLM servers on one 2-core host read 1.29 measure
 and a replica's node neighbours moved its speed by 26-65 %: what arms measured at once on shared cores see is
 mostly each other. The choice and why are kept with the result (``design``) and so with the verdict.
 
-What the gate knows of its noise (:func:`noise_evidence`): each canary of the anchor's own config (both arms the
-same config: an A/A) leaves its headline in the app's A/A log; the spread of the last :data:`AA_WINDOW` of them
-(:func:`raylift.release.decision.aa_spread`) goes with every later result (``noise``), and the gate refuses
-verdicts the noise alone could give (:func:`raylift.release.decision.noise_refusal`).
+What the gate knows of its noise (:func:`noise_evidence`): the app's A/A log. Each release adds what it measured
+of two arms of one config: measured interleaved, an **A/A inside the release** (:data:`AA_ARM`: the baseline's
+replica measured a second time, in its own turn of the same random orders, judged against its first measurement);
+a canary of the anchor's own config, its candidate against its baseline. The spread of the log's last
+:data:`AA_WINDOW` headlines, this release's included (:func:`raylift.release.decision.aa_spread`), goes with the
+result (``noise``), and the gate refuses verdicts the noise alone could give
+(:func:`raylift.release.decision.noise_refusal`). The in-release A/A measures one replica twice, so it holds the
+machine's noise over the rounds and the arms' order, not the difference between two fresh replicas of one config
+(0.017 in log e2e on session 31's releases, ``bench/gate_calibration.py``: small beside the rest).
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ Progress = Callable[[str], None]
 
 #: How many of the app's last A/A headlines its noise is learned from.
 AA_WINDOW = 10
+#: The in-release A/A arm of an interleaved measurement: the baseline's replica measured again in its own turn.
+AA_ARM = "baseline_aa"
 
 
 def measurement_design(placement: Mapping[str, Any], *, release: str, arms_share_host: bool) -> dict[str, Any]:
@@ -97,26 +104,39 @@ def noise_evidence(state: DeploymentState) -> dict[str, Any]:
                      key=lambda r: str(r.get("at", "")))[-AA_WINDOW:]
     headlines = [float(r["headline"]) for r in records]
     return {"aa_spread": aa_spread(headlines), "headlines": headlines,
-            "source": f"learned from this app's last {len(headlines)} same-config canaries (A/A)"}
+            "source": f"learned from this app's last {len(headlines)} A/A measurements (this release's included)"}
 
 
-def keep_aa(state: DeploymentState, run_id: str, plan: CanaryPlan | None, result: Mapping[str, Any],
-            baseline: Mapping[str, Any] | None) -> float | None:
-    """When this canary's two arms ran the same config (an A/A), its headline joins the app's A/A log; returns it
-    (None: not an A/A, or nothing measured)."""
-    if plan is None or baseline is None or not same_config_arms(plan):
-        return None
+def aa_headline(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> float | None:
+    """The headline change of ``result`` against ``baseline`` as the gate computes it (None: nothing measured)."""
     judgement, _ = assess(dict(result), {}, dict(baseline), max_regression=DEFAULT_MAX_REGRESSION,
                           confidence=DEFAULT_REGRESSION_CONFIDENCE)
-    headline = headline_change(judgement.as_dict())
+    return headline_change(judgement.as_dict())
+
+
+def keep_aa(state: DeploymentState, run_id: str, kind: str, headline: float | None, at: str | None) -> bool:
+    """Add one A/A headline (``kind``: ``in-release`` or ``same-config``) to the app's A/A log; False: nothing
+    measured."""
     if headline is None:
-        return None
-    state.store.write_json(f"{_aa_prefix(state)}{run_name(run_id)}.json",
-                           {"run_id": run_id, "headline": headline, "at": result.get("started_at"),
-                            "design": (result.get("design") or {}).get("name")})
-    log.info("the canary and its fresh baseline ran the same config (an A/A): headline %+.1f%% joins the app's "
-             "A/A log, what the gate learns its noise from", 100 * headline)
-    return headline
+        return False
+    state.store.write_json(f"{_aa_prefix(state)}{run_name(run_id)}-{kind}.json",
+                           {"run_id": run_id, "kind": kind, "headline": headline, "at": at})
+    log.info("A/A (%s): headline %+.1f%% joins the app's A/A log, what the gate learns its noise from", kind,
+             100 * headline)
+    return True
+
+
+def learn_noise(state: DeploymentState, run_id: str, plan: CanaryPlan | None, result: dict[str, Any],
+                baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    """This release's A/As into the app's log (its in-release A/A; its canary when both arms ran the same config),
+    then what the log says (:func:`noise_evidence`)."""
+    at = str(result.get("started_at") or "")
+    kept = {"in-release": (result.get("aa") or {}).get("headline_change")}
+    if plan is not None and baseline is not None and same_config_arms(plan):
+        kept["same-config"] = aa_headline(result, baseline)
+    for kind, headline in kept.items():
+        keep_aa(state, run_id, kind, headline, at)
+    return {**noise_evidence(state), "this_release": kept}
 
 
 def measure(target: Target, deployed: Mapping[str, Any], endpoint: str, served_name: str, app_name: str,
@@ -125,16 +145,14 @@ def measure(target: Target, deployed: Mapping[str, Any], endpoint: str, served_n
             run_id: str | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The candidate's results and, in a canary release, the serving app's measured beside it (else None).
     ``options``: :func:`raylift.measure.runner.run_benchmark`'s keyword arguments, ``slos`` among them.
-    ``state``/``run_id``: the app's records, for the noise the gate learns (:func:`noise_evidence`, :func:`keep_aa`)."""
+    ``state``/``run_id``: the app's records, for the noise the gate learns (:func:`learn_noise`)."""
     if deployed.get("release") in JUDGED_BESIDE:
         result, baseline = measure_canary(target, deployed, endpoint, served_name, app_name, options, slos=slos,
                                           progress=progress)
-        if state is not None:
-            result["noise"] = noise_evidence(state)
-            if run_id is not None and deployed.get("release") == "canary":
-                saved = state.canary(run_id)
-                plan = CanaryPlan.from_dict(saved) if saved else None
-                result["noise"]["this_release_aa"] = keep_aa(state, run_id, plan, result, baseline)
+        if state is not None and run_id is not None:
+            saved = state.canary(run_id) if deployed.get("release") == "canary" else None
+            result["noise"] = learn_noise(state, run_id, CanaryPlan.from_dict(saved) if saved else None, result,
+                                          baseline)
         return result, baseline
     result = run_benchmark(endpoint, served_name, sweep=asdict(sweep) if sweep else None,
                            slo_breach=level_breach(slos), progress=progress, **options)
@@ -164,6 +182,8 @@ def measure_canary(target: Target, deployed: Mapping[str, Any], endpoint: str, s
                                 arms_share_host=bool(getattr(target, "arms_share_host", False)))
     log.info("measurement design: %s (%s)", design["name"], design["why"])
     options = {**options, "design": design["name"]}
+    if design["name"] == INTERLEAVED:  # the A/A inside the release: the baseline again, in its own turn
+        side_by_side[AA_ARM] = side_by_side["baseline"]
     arms = run_side_by_side(side_by_side, served_name, progress=progress, **options)
     result, baseline = arms["candidate"], arms["baseline"]
     more, pilot = confirmation(result, baseline, slos, options["requests_per_level"])
@@ -180,6 +200,9 @@ def measure_canary(target: Target, deployed: Mapping[str, Any], endpoint: str, s
         result["pilot"] = pilot
     result["placement"] = placement
     result["design"] = {**result.get("design", {}), "why": design["why"]}
+    if AA_ARM in arms:
+        result["aa"] = {"arm": "the baseline's replica measured again in its own turns of the same rounds",
+                        "headline_change": aa_headline(arms[AA_ARM], baseline)}
     return result, baseline
 
 
