@@ -25,8 +25,9 @@ per-request samples beside it (``..._samples.json.gz``, what ``bench/gate_calibr
     .cache/venvs/control/bin/python bench/gate_real_aa.py --releases 5 --paired 2           # a short run
     .cache/venvs/control/bin/python bench/gate_real_aa.py --releases 50 --plan-only --out /tmp/plan.json
 
-Not measured by this script: what an idle arm costs (issue 56's probe: an idle vLLM engine 2.2 % of one core,
-its replica actor 1.1 %).
+What an idle arm costs: the fresh baseline replica's processes (Serve's replica ``pid`` and its children) sampled
+for ``--idle-s`` before the slower model's first measurement (``slower_alone.idle_baseline_cpu_share``, a share of
+one core; issue 56's probe read 2.2 % for an idle engine, 1.1 % for its replica actor).
 """
 
 from __future__ import annotations
@@ -144,8 +145,39 @@ def levels_samples(result: Mapping[str, Any]) -> list[dict[str, Any]]:
             for lv in result.get("levels", [])]
 
 
+def replica_pids(target: Any, app: str) -> list[int]:
+    """The process ids of ``app``'s running replicas, as Serve's status reports them (``ReplicaDetails.pid``)."""
+    apps = target.serve_dashboard().serve_applications().get("applications") or {}
+    return [int(r["pid"]) for dep in ((apps.get(app) or {}).get("deployments") or {}).values()
+            for r in dep.get("replicas") or [] if r.get("pid") and r.get("state", "RUNNING") == "RUNNING"]
+
+
+def idle_cpu_share(pids: list[int], seconds: float) -> float | None:
+    """What idle replicas cost: the CPU seconds of their processes and every child (the engine core) over
+    ``seconds`` of wall time, as a share of one core (None: no process found)."""
+    import psutil
+
+    def cpu() -> float:
+        total = 0.0
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                for p in (proc, *proc.children(recursive=True)):
+                    t = p.cpu_times()
+                    total += t.user + t.system
+            except psutil.Error:
+                continue
+        return total
+
+    if not pids:
+        return None
+    before, t0 = cpu(), time.monotonic()
+    time.sleep(seconds)
+    return (cpu() - before) / (time.monotonic() - t0)
+
+
 def paired_release(target: Any, kind: str, model_path: str | None, client: Client, *, seed: int,
-                   requests_per_level: int) -> dict[str, Any]:
+                   requests_per_level: int, idle_s: float = 0.0) -> dict[str, Any]:
     """Both measurement designs on the same replicas of one release: the canary path's own steps
     (``plan_canary`` with the local target's baseline room, ``with_canary``, the fresh baseline of the serving
     config), then the canary and its fresh baseline measured interleaved (each alone, RMIT) and concurrently (today's
@@ -169,6 +201,7 @@ def paired_release(target: Any, kind: str, model_path: str | None, client: Clien
     names = [plan.canary["name"], plan.baseline["name"]]
     started_s = wait_apps(target, names, running=True)
     nodes = replica_nodes(target)
+    idle = idle_cpu_share(replica_pids(target, plan.baseline["name"]), idle_s) if idle_s > 0 else None
     serve = client.url
     arms = {"candidate": Arm(f"{serve}{plan.canary['route_prefix']}", MODEL),
             "baseline": Arm(f"{serve}{plan.baseline['route_prefix']}", MODEL)}
@@ -187,7 +220,7 @@ def paired_release(target: Any, kind: str, model_path: str | None, client: Clien
     after["applications"] = [a for a in after["applications"] if a.get("name") != plan.baseline["name"]]
     target.apply_serve_config(after)
     wait_apps(target, names, running=False)
-    return {**out, "kind": kind, "start_s": round(started_s, 1), "nodes": {
+    return {**out, "kind": kind, "start_s": round(started_s, 1), "idle_baseline_cpu_share": idle, "nodes": {
                 "serving": nodes.get(APP), "candidate": nodes.get(plan.canary["name"]),
                 "baseline": nodes.get(plan.baseline["name"])},
             "seconds": round(time.monotonic() - t0, 1), "client_failed": len(client.failures) - failed_before,
@@ -343,6 +376,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--bg-runtime", default=os.environ.get("RAYLIFT_BG_RUNTIME_PYTHON"),
                     help="a second runtime env's Python for the blue/green releases (without it they are skipped, "
                          "and the results say so)")
+    ap.add_argument("--idle-s", type=float, default=30.0,
+                    help="seconds an idle fresh baseline replica's CPU is sampled for, once, before the first "
+                         "measurement: what an idle arm costs (a share of one core)")
     ap.add_argument("--seed", type=int, default=56, help="seeds the paired designs' order and their rounds' orders")
     ap.add_argument("--out", type=Path, default=OUT,
                     help="the results JSON NAME.json (its samples beside it, NAME_samples.json.gz)")
@@ -404,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(5)
             if args.slow:  # the slower model's slowdown measured alone first (each arm alone: interleaved)
                 alone = paired_release(target, SLOWER, str(slow_model), client, seed=args.seed,
-                                       requests_per_level=DEFAULT_REQUESTS_PER_LEVEL)
+                                       requests_per_level=DEFAULT_REQUESTS_PER_LEVEL, idle_s=args.idle_s)
                 meta["slower_alone"] = {k: v for k, v in alone.items() if k != "samples"}
             paired_left = args.paired
             for i, kind in enumerate(order):
