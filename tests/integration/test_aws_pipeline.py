@@ -206,6 +206,9 @@ def cloud(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
             {"conn_type": "kubernetes", "extra": {"kube_config": kube.kubeconfig(NAMESPACE)}}
         )
         env["RAYLIFT_MODEL_CACHE"] = str(home / "replica-model-cache")  # the replicas' node-local cache
+        # the local Ray nodes inherit no credential of the worker's (issue 57): the stand-in cloud head's keys are
+        # given to them by name, as an ECS head's task role would be
+        env["RAYLIFT_RAY_NODE_ENV"] = "AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY"
         stack.env.update(env)
         stack.start_warm_cli()  # with the cloud's environment: it warms up while the Ray head boots
         # The stand-in of the in-cloud Ray head: a real local cluster whose processes (the runtime env

@@ -221,3 +221,26 @@ def test_a_module_run_in_the_launchers_interpreter_cannot_read_any_worker_secret
     verdict = json.loads(done.stdout.splitlines()[-1])
     assert verdict["rc"] == 3 and verdict["out"] == '{"ok": true}\n', verdict
     assert verdict["chain"] and verdict["worker"] not in verdict["chain"] and verdict["leaked"] == [], verdict
+
+
+def test_a_ray_nodes_environment_keeps_settings_and_only_the_credentials_given_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's, the accelerators' and AWS's where-and-how settings reach a node; no secret does, but what whoever runs
+    Airflow names in RAYLIFT_RAY_NODE_ENV (a local cluster reading an s3:// store with keys)."""
+    from raylift.local.cluster import LocalRayCluster
+
+    for name in SECRET_NAMES:
+        monkeypatch.setenv(name, SECRET)
+    settings = {"RAY_DEDUP_LOGS": "0", "NCCL_DEBUG": "INFO", "AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+                "AWS_DEFAULT_REGION": "us-west-2", "OMP_NUM_THREADS": "2"}
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    cluster = LocalRayCluster(LocalSettings(home=tmp_path, runtime_python=tmp_path / "python", serve_ingress="proxy"))
+    env = cluster._env()
+    assert SECRET not in json.dumps(env), sorted(k for k, v in env.items() if v == SECRET)
+    assert {k: env.get(k) for k in settings} == {**settings, "RAY_DEDUP_LOGS": "0"}
+    monkeypatch.setenv("RAYLIFT_RAY_NODE_ENV", "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,NOT_SET")
+    env = cluster._env()
+    assert sorted(k for k, v in env.items() if v == SECRET) == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert cluster._env()["RAY_AUTH_TOKEN"] == SECRET  # a token-auth cluster's own token: every node needs it

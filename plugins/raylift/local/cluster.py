@@ -34,6 +34,15 @@ from raylift.local.processes import LiveProcess, ProcessRecord, working_dir
 
 log = logging.getLogger(__name__)
 
+#: settings a node may inherit beside ``child_env``'s (never a secret-looking name: ``raylift.secrets.SECRET_NAME``)
+NODE_ENV_PREFIXES = ("RAY_", "CUDA_", "NCCL_", "NVIDIA_", "TORCH_", "PYTORCH_", "TRITON_", "OMP_", "MKL_", "KMP_",
+                     "GLOO_")
+#: AWS's where and how (an endpoint, a region, a profile or its files), never a key: a cluster reading an s3:// store
+NODE_AWS_SETTINGS = frozenset({"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+                               "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE"})
+#: names of variables whoever runs Airflow gives the local Ray nodes on purpose (comma-separated)
+NODE_ENV_GIVEN = "RAYLIFT_RAY_NODE_ENV"
+
 
 @dataclass(frozen=True)
 class NodeProcess:
@@ -107,13 +116,21 @@ class LocalRayCluster:
     # -- processes --------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         """A node's environment: the allow-list a process that loads user code gets (``raylift.secrets.child_env``:
-        no credential of the worker's), Ray's own ``RAY_*`` settings but a secret-looking one, and raylift's.
-        The replicas' code runs in these processes. Only a cluster run with token auth (``RAY_AUTH_MODE=token``)
-        gets ``RAY_AUTH_TOKEN``: it is that cluster's own token, which every node needs to take part."""
+        no credential of the worker's), the settings of Ray, the accelerators' libraries and AWS's where-and-how
+        (``NODE_ENV_PREFIXES``, ``NODE_AWS_SETTINGS``) but any secret-looking name, and raylift's. The replicas' code
+        runs in these processes. Only a cluster run with token auth (``RAY_AUTH_MODE=token``) gets
+        ``RAY_AUTH_TOKEN``: it is that cluster's own token, which every node needs to take part. A credential the
+        cluster itself needs (a local cluster reading an ``s3://`` store with keys, not a profile or role) is given
+        by name in ``RAYLIFT_RAY_NODE_ENV``: whoever runs Airflow decides, knowing the replicas' code can read it."""
         from raylift.secrets import SECRET_NAME, child_env
 
         env = child_env()
-        env.update({k: v for k, v in os.environ.items() if k.startswith("RAY_") and not SECRET_NAME.search(k)})
+        env.update({k: v for k, v in os.environ.items()
+                    if (k.startswith(NODE_ENV_PREFIXES) or k in NODE_AWS_SETTINGS) and not SECRET_NAME.search(k)})
+        given = [n.strip() for n in os.environ.get(NODE_ENV_GIVEN, "").split(",") if n.strip()]
+        env.update({n: os.environ[n] for n in given if n in os.environ})
+        if given:
+            log.info("the local Ray nodes are given %s by name (%s)", ", ".join(given), NODE_ENV_GIVEN)
         if "RAY_AUTH_MODE" in os.environ:  # a decision, not a secret (the name matches *AUTH*)
             env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]
         if os.environ.get("RAY_AUTH_MODE") == "token" and os.environ.get("RAY_AUTH_TOKEN"):
