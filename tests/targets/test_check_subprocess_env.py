@@ -244,3 +244,22 @@ def test_a_ray_nodes_environment_keeps_settings_and_only_the_credentials_given_b
     assert sorted(k for k, v in env.items() if v == SECRET) == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert cluster._env()["RAY_AUTH_TOKEN"] == SECRET  # a token-auth cluster's own token: every node needs it
+
+
+@pytest.mark.parametrize(("cmdline", "init"), [
+    (b"/usr/bin/dumb-init\0--\0/entrypoint\0airflow\0celery\0worker\0", True),  # the official image
+    (b"/sbin/docker-init\0--\0airflow\0standalone\0", True),  # Compose's init: true
+    (b"/home/airflow/.local/bin/airflow\0celery\0worker\0", False),  # Airflow as PID 1, no init
+    (b"/usr/local/bin/python3.12\0/usr/local/bin/airflow\0scheduler\0", False),
+])
+def test_pid_1_counts_as_the_workers_own_when_it_is_airflow_itself(
+        cmdline: bytes, init: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PID 1 adopts the keeper where no subreaper does: it holds the worker's environment when it is Airflow itself,
+    so model code is refused there (``strict``); an init is another process."""
+    from raylift.local import isolated
+
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: cmdline if str(self) == "/proc/1/cmdline" else real(self))
+    assert isolated._pid1_is_init() is init
+    command = isolated._command(Path("python"), 3, "wait", ["x"])
+    assert ("1" in command[command.index("--avoid") + 1].split(",")) is not init

@@ -77,10 +77,23 @@ def _ancestors() -> set[int]:
     return found
 
 
+def _pid1_is_init() -> bool:
+    """Whether PID 1 is an init, not Airflow itself (a container whose entry point is ``airflow ...``, which then
+    adopts the keeper and holds the worker's environment): by its command line, which any process may read."""
+    if os.getpid() == 1:
+        return False
+    try:
+        argv = Path("/proc/1/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: nothing to read an environment through either
+    program = Path(argv[0].decode(errors="replace")).name if argv and argv[0] else ""
+    return not program.startswith(("python", "airflow", "celery", "gunicorn", "uvicorn"))
+
+
 def _command(python: Path, status_fd: int, mode: str, argv: Sequence[str], strict: bool = False) -> list[str]:
-    # PID 1 adopts orphans wherever there is no subreaper: an ancestor of every process, it counts only when it is
-    # this worker itself (a container whose entry point is Airflow, without an init)
-    avoid = ",".join(str(p) for p in sorted(_ancestors() - ({1} if os.getpid() != 1 else set())))
+    # PID 1 adopts orphans wherever there is no subreaper: an ancestor of every process, it counts as the worker's
+    # own unless it is an init (a container whose entry point is Airflow itself has none)
+    avoid = ",".join(str(p) for p in sorted(_ancestors() - ({1} if _pid1_is_init() else set())))
     opts = ["--status", str(status_fd), f"--{mode}", "--avoid", avoid, *(["--strict"] if strict else []), "--"]
     if mode == "module":  # the launcher is the target's Python, started as `python -m` starts it (site, path)
         return [str(python), str(LAUNCHER), *opts, *argv]
