@@ -144,6 +144,7 @@ COMPONENT: dict[str, tuple[str, tuple[str, ...]]] = {
         "test_a_corrupted_cached_file_is_refused",
         "test_a_folder_that_holds_them_is_printed",
         "test_a_named_folder_without_them_is_refused_not_replaced",
+        "test_a_reference_copy_with_other_bytes_is_refused",
     )),
     "tests/infra/test_terraform.py": ("checkov (tools/setup.sh tools)", (
         "test_checkov_passes",

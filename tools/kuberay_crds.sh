@@ -5,12 +5,13 @@
 #
 # Where, in order:
 #   1. $RAYLIFT_KUBERAY_CRDS, when set: it must hold them (never silently replaced by another copy);
-#   2. <repo>/../shared/reference/kuberay, when present (the reference copy beside this checkout);
+#   2. <repo>/../shared/reference/kuberay, when present (the reference copy beside this checkout), each needed file's
+#      sha256 checked against the pins below as a fetched one is;
 #   3. $RAYLIFT_CACHE/kuberay-crds: fetched here before, each file's sha256 checked against the pins below;
 #   4. else fetched from KubeRay's repository at the release tag into (3), each checked before it is kept.
 # When none of these works (no copy, and GitHub cannot be reached), it stops with one message naming
 # RAYLIFT_KUBERAY_CRDS and what to do, exit 1: the tests then never start, rather than ~50 of them failing one by one.
-# A file whose sha256 is not the pinned one is refused (exit 2), fetched or cached.
+# A file whose sha256 is not the pinned one is refused (exit 2), in the reference copy, fetched or cached.
 #
 # KUBERAY_CRDS_URL overrides where they are fetched from (a mirror; the tests point it at an unreachable host).
 set -euo pipefail
@@ -59,6 +60,10 @@ if [ -n "${RAYLIFT_KUBERAY_CRDS:-}" ]; then
   exit 1
 fi
 if holds_crds "$SHARED"; then
+  for f in "${NEEDED[@]}"; do  # the reference copy is used first: it must be the pinned release's, like a fetched one
+    [ "$(sha_of "$SHARED/$f")" = "${PINNED[$f]}" ] || refuse_checksum "$SHARED/$f" "the reference copy" \
+      "Replace it with KubeRay $KUBERAY_VERSION's file ($KUBERAY_CRDS_URL/$f) or remove $SHARED to fetch one"
+  done
   echo "$SHARED"
   exit 0
 fi

@@ -76,13 +76,26 @@ def test_a_folder_that_holds_them_is_printed(tmp_path: Path) -> None:
     given = crd_folder(tmp_path / "given")
     done = run(tmp_path, RAYLIFT_KUBERAY_CRDS=str(given))
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(given), "")
-    shared = crd_folder(tmp_path / "clone" / "shared" / "reference" / "kuberay")  # the reference copy beside it
+    shared = tmp_path / "clone" / "shared" / "reference" / "kuberay"  # the reference copy beside it
+    real = ROOT.parent / "shared" / "reference" / "kuberay"
+    if all((real / name).is_file() for name in NEEDED):  # KubeRay's own files: used as they are
+        shared.mkdir(parents=True)
+        for name in NEEDED:
+            (shared / name).write_bytes((real / name).read_bytes())
+        done = run(tmp_path)
+        assert (done.returncode, done.stdout.strip()) == (0, str(shared))
+
+
+def test_a_reference_copy_with_other_bytes_is_refused(tmp_path: Path) -> None:
+    """The copy beside the checkout is checksummed like a fetched one (it is used first, and never fetched over)."""
+    crd_folder(tmp_path / "clone" / "shared" / "reference" / "kuberay")
     done = run(tmp_path)
-    assert (done.returncode, done.stdout.strip()) == (0, str(shared))
+    assert done.returncode == 2 and done.stdout == ""
+    assert "the reference copy ray.io_rayservices.yaml has sha256" in done.stderr and "refused" in done.stderr
 
 
 def test_a_named_folder_without_them_is_refused_not_replaced(tmp_path: Path) -> None:
-    crd_folder(tmp_path / "clone" / "shared" / "reference" / "kuberay")
+    crd_folder(tmp_path / "clone" / "shared" / "reference" / "kuberay")  # not reached: the named folder decides
     done = run(tmp_path, RAYLIFT_KUBERAY_CRDS=str(crd_folder(tmp_path / "partial", NEEDED[:1])))
     assert done.returncode == 1 and done.stdout == ""
     assert "RAYLIFT_KUBERAY_CRDS=" in done.stderr and "does not hold KubeRay's CRDs" in done.stderr
