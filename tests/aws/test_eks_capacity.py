@@ -126,13 +126,29 @@ def test_workers_beyond_max_are_refused_before_any_resize(infra: Proxy, kube_api
 def test_a_new_cluster_beyond_max_is_refused_before_any_resize(infra: Proxy, kube_api: KubeApiStandIn) -> None:  # noqa: F811
     release(3, "first")
     infra.bodies.clear()
-    with pytest.raises(ClusterError, match=r"A NewCluster upgrade of 3 worker\(s\) needs 6 nvidia.com/gpu = 6 node\(s\)"
-                       r".*at most 4.*Deploy at most 2 worker\(s\)"):
+    with pytest.raises(ClusterError, match=r"A NewCluster upgrade of 3 worker\(s\) .*needs 6 nvidia.com/gpu = 6 node\(s\)"
+                       r".*at most 4.*Deploy at most 2 worker\(s\), or raise node_groups\['gpu'\].max_size to 6"):
         target(image=IMAGE.replace(":abc", ":def")).apply_serve_config(serve_config(model="first"))
     assert nodegroup_updates(infra) == []
     assert scaling()["desiredSize"] == 3
     assert live(kube_api)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
         "containers"][0]["image"] == IMAGE  # nothing applied
+
+
+def test_an_image_change_on_a_full_node_group_names_the_way_through(infra: Proxy,
+                                                                     kube_api: KubeApiStandIn) -> None:  # noqa: F811
+    """The seed shapes' case (inferentia: maxSize 1, one node a cluster): a new image needs a second cluster's nodes
+    whatever the release; the refusal says which variable to raise and to what, that release: direct needs the same
+    room, and the outage alternative, and never advises upgrade_strategy 'None' (KubeRay would not roll it out)."""
+    release(4, "first")  # all four nodes of the group: a second cluster has no room
+    infra.bodies.clear()
+    with pytest.raises(ClusterError) as refused:
+        target(image=IMAGE.replace(":abc", ":def")).apply_serve_config(serve_config(model="first"))
+    message = str(refused.value)
+    assert "raise node_groups['gpu'].max_size to 8 in the terraform stack for this release" in message, message
+    assert "with release: direct as with blue/green" in message and "raylift_teardown" in message, message
+    assert "Deploy at most 2 worker(s)" in message and "'None' is no way through" in message, message
+    assert nodegroup_updates(infra) == [] and scaling()["desiredSize"] == 4
 
 
 def _spec(workers: int = 2, image: str = IMAGE, strategy: str = "NewCluster", model: str = "first") -> dict[str, Any]:

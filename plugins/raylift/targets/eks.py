@@ -376,17 +376,27 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
         fits = self._workers_that_fit(now.max_size, strategy, workers)
         what = f"{amount:g} {self._accelerator()}" if self._accelerator() else f"{nodes} worker nodes"
         upgrade = strategy != "None"
-        others = " or ".join(
-            repr(other) + (" (with a gateway_class)" if other == "NewClusterWithIncrementalUpgrade" else "")
-            for other in ("None", "NewClusterWithIncrementalUpgrade") if other != strategy
-        )
+        fewer = f"Deploy at most {fits} worker(s), or raise" if fits else "Raise"
+        if upgrade:
+            # KubeRay starts the new cluster beside the old one whatever the release (blue/green holds it; release:
+            # direct lets KubeRay switch on health): room for both is the only way through, or an outage
+            raise ClusterError(
+                f"A {strategy} upgrade of {workers} worker(s) (a new rayClusterConfig: a new image, Ray version or "
+                f"pod spec) needs {what} = {nodes} node(s) of node group {self.worker_nodegroup!r}: KubeRay starts "
+                f"the new Ray cluster beside the serving one, with release: direct as with blue/green. The group "
+                f"allows at most {now.max_size} (its maxSize, set by terraform; now {now.desired_size}); raylift "
+                f"never raises maxSize and resized nothing, nothing was applied. {fewer} "
+                f"node_groups[{self.worker_nodegroup!r}].max_size to {nodes} in the terraform stack for this release "
+                f"(terraform apply; the extra nodes are given back after the switch, and max_size can go back "
+                f"after), or take the outage: raylift_teardown, then deploy the new image (nothing serves "
+                f"meanwhile). upgrade_strategy 'None' is no way through: KubeRay then keeps the old cluster as it "
+                f"is and never rolls the change out."
+            )
         raise ClusterError(
-            f"{'A ' + strategy + ' upgrade' if upgrade else 'This deploy'} of {workers} worker(s) needs {what} "
-            f"= {nodes} node(s) of node group {self.worker_nodegroup!r}, which allows at most {now.max_size} "
-            f"(its maxSize, set by terraform; now {now.desired_size}). raylift never raises maxSize and resized "
-            f"nothing. Deploy at most {fits} worker(s), or raise node_groups[{self.worker_nodegroup!r}].max_size to "
-            f"{nodes} in the terraform stack and apply it"
-            + (f", or use upgrade_strategy {others}." if upgrade else ".")
+            f"This deploy of {workers} worker(s) needs {what} = {nodes} node(s) of node group "
+            f"{self.worker_nodegroup!r}, which allows at most {now.max_size} (its maxSize, set by terraform; now "
+            f"{now.desired_size}). raylift never raises maxSize and resized nothing. {fewer} "
+            f"node_groups[{self.worker_nodegroup!r}].max_size to {nodes} in the terraform stack and apply it."
         )
 
     def _workers_that_fit(self, max_nodes: int, strategy: str, below: int) -> int:
