@@ -28,6 +28,19 @@ resource "kubernetes_role_v1" "airflow" {
     resources  = ["pods", "services", "events"]
     verbs      = ["get", "list", "watch"]
   }
+  # a blue/green release: KubeRay's Gateway read for its address, one HTTPRoute per measured arm
+  # (raylift.targets.eks_blue_green.arm_url), deleted at promote or removal
+  rule {
+    api_groups = ["gateway.networking.k8s.io"]
+    resources  = ["gateways"]
+    verbs      = ["get"]
+  }
+
+  rule {
+    api_groups = ["gateway.networking.k8s.io"]
+    resources  = ["httproutes"]
+    verbs      = ["get", "create", "patch", "delete"]
+  }
 }
 
 resource "kubernetes_role_binding_v1" "airflow" {
