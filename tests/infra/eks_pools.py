@@ -32,7 +32,7 @@ INSTANCE_TYPES: dict[str, tuple[int, int, int, int]] = {
     **{f"g6e.{s}": (c, m, g, 0) for s, c, m, g in [
         ("xlarge", 4, 32, 1), ("2xlarge", 8, 64, 1), ("4xlarge", 16, 128, 1), ("8xlarge", 32, 256, 1),
         ("12xlarge", 48, 384, 4), ("16xlarge", 64, 512, 1), ("24xlarge", 96, 768, 4), ("48xlarge", 192, 1536, 8)]},
-    **{f"{fam}.{s}": (c, m, 0, 0) for fam in ("c7g", "c8g") for s, c, m in [
+    **{f"{fam}.{s}": (c, m, 0, 0) for fam in ("c7g", "c8g", "c7i") for s, c, m in [
         ("large", 2, 4), ("xlarge", 4, 8), ("2xlarge", 8, 16), ("4xlarge", 16, 32), ("8xlarge", 32, 64),
         ("12xlarge", 48, 96), ("16xlarge", 64, 128)]},
     **{f"{fam}.{s}": (c, m, 0, 0) for fam in ("m7g", "m7i", "m6i") for s, c, m in [

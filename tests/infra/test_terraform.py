@@ -230,7 +230,7 @@ def test_ecs_defaults_give_three_nodes_and_twelve_gpus() -> None:
 def test_eks_has_accelerator_groups_kuberay_karpenter_neuron_and_pod_identity() -> None:
     eks = _load("modules/eks_ray")
     ami_types = {unquote(g["ami_type"]) for g in eks.variables["node_groups"]["default"].values()}
-    assert ami_types == {"AL2023_x86_64_NVIDIA", "AL2023_ARM_64_STANDARD", "AL2023_x86_64_NEURON"}
+    assert ami_types == {"AL2023_x86_64_NVIDIA", "AL2023_ARM_64_STANDARD", "AL2023_x86_64_STANDARD", "AL2023_x86_64_NEURON"}
     charts = {unquote(_resource(eks, "helm_release", n)["chart"]) for n in ("kuberay_operator", "karpenter", "neuron")}
     assert charts == {"kuberay-operator", "karpenter", "neuron-helm-chart"}
     assert {"aws_eks_pod_identity_association.ray", "kubectl_manifest.node_pool"} <= eks.resources

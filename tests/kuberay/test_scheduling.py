@@ -122,7 +122,7 @@ def cluster() -> tuple[list[Pool], set[str]]:
 def test_the_example_has_the_pools_the_profiles_expect(cluster: tuple[list[Pool], set[str]]) -> None:
     all_pools, known = cluster
     assert {p.name for p in all_pools if p.kind == "nodepool"} == {"karpenter/ray-head"}
-    assert {p.name for p in all_pools if p.kind == "nodegroup"} == {"gpu", "graviton", "inferentia", "system"}
+    assert {p.name for p in all_pools if p.kind == "nodegroup"} == {"gpu", "graviton", "x86", "inferentia", "system"}
     assert [p.name for p in all_pools if p.system] == ["system"], "exactly one system node group runs Karpenter"
     assert "my-scheduler" in known
 

@@ -174,6 +174,31 @@ PROFILES: dict[str, NodeProfile] = {
         env={"OMP_NUM_THREADS": "30"},
         nodegroup="graviton",
     ),
+    # the x86 side of seed 001's Graviton-vs-x86 comparison: the same llama.cpp pods on Intel 8xlarge workers
+    "cpu-x86": NodeProfile(
+        name="cpu-x86",
+        engine="llama.cpp",
+        description="llama.cpp on Intel x86 (c7i.8xlarge) of the managed x86 node group (seed 001's comparison)",
+        head=PodProfile(
+            resources={"cpu": "2", "memory": "8Gi"},
+            node_selector=_AMD64_HEAD_SELECTOR,
+            ray_start_params=_HEAD_RAY_PARAMS,
+        ),
+        workers=(
+            WorkerGroupProfile(
+                group_name="cpu-x86",
+                min_replicas=0,
+                max_replicas=10,  # as many pods as the Graviton side
+                pod=PodProfile(
+                    resources={"cpu": "30", "memory": "56Gi"},  # an 8xlarge, as graviton's
+                    node_selector={"kubernetes.io/arch": "amd64", "model-inferencing": "cpu-x86"},
+                    instance_types=("c7i.8xlarge",),
+                ),
+            ),
+        ),
+        env={"OMP_NUM_THREADS": "30"},
+        nodegroup="x86",
+    ),
     "inf2": NodeProfile(
         name="inf2",
         engine="vllm-neuron",

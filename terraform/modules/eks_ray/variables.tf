@@ -33,7 +33,7 @@ variable "public_access_cidrs" {
 }
 
 variable "node_groups" {
-  description = "Managed node groups by name: GPU (NVIDIA AMI), system (arm64, cluster controllers; never resized by raylift), Graviton arm64 Ray workers and Inferentia2 (Neuron AMI)."
+  description = "Managed node groups by name: GPU (NVIDIA AMI), system (arm64, cluster controllers; never resized by raylift), Graviton arm64 and x86 CPU Ray workers (seed 001 compares them) and Inferentia2 (Neuron AMI)."
   type = map(object({
     instance_types = list(string)
     ami_type       = string
@@ -78,6 +78,16 @@ variable "node_groups" {
       desired_size   = 0
       disk_size_gb   = 100
       labels         = { "model-inferencing" = "cpu-arm" }
+    }
+    # x86 Ray workers (profile cpu-x86: the same llama.cpp pods on Intel, seed 001's comparison); raylift resizes it.
+    x86 = {
+      instance_types = ["c7i.8xlarge"]
+      ami_type       = "AL2023_x86_64_STANDARD"
+      min_size       = 0
+      max_size       = 10
+      desired_size   = 0
+      disk_size_gb   = 100
+      labels         = { "model-inferencing" = "cpu-x86" }
     }
     # Inferentia2 Ray workers (profile inf2: three TP=8 pods per inf2.48xlarge). The root volume also holds the
     # Neuron compile cache the pods mount from the node (/var/lib/raylift/neuron-compile-cache, hostPath: kept
