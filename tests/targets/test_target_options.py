@@ -90,7 +90,7 @@ def test_an_old_spelling_is_refused_even_when_it_agrees_with_raylifts() -> None:
         ("eks", {"bucket": 3}, "target option 'bucket' got 3 (int): input should be a valid string"),
         ("eks", {"workers": True}, "'workers' got True (bool): input should be a valid integer"),
         ("eks", {"accelerators_per_node": 0}, "'accelerators_per_node' got 0 (int)"),
-        ("eks", {"profile": "gpu"}, "target option 'profile' got 'gpu': use one of ['gpu-vllm', 'graviton', 'inf2']"),
+        ("eks", {"profile": "gpu"}, "target option 'profile' got 'gpu': use one of ['cpu-x86', 'gpu-vllm', 'graviton', 'inf2']"),
         ("eks", {"upgrade_strategy": "Rolling"}, "target option 'upgrade_strategy' got 'Rolling': use one of"),
         ("eks", {"worker_nodegroup": None}, "target option 'worker_nodegroup' got None (NoneType)"),
         ("local", {"model_store": 3}, "target option 'model_store' got 3 (int): input should be a valid string"),

@@ -58,6 +58,9 @@ SAMPLES: dict[str, Any] = {
     "container": "stage",
     "node_ids": ["4f1c0e6a9b2d", "7e3a5c1b8d0f"],
     "unscheduled_fails": True,
+    "metrics_url": "http://10.0.3.17:8080/metrics",
+    "hold_until": 1767225660.5,
+    "quiet_polls": 3,
 }
 
 
