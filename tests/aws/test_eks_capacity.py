@@ -126,7 +126,7 @@ def test_workers_beyond_max_are_refused_before_any_resize(infra: Proxy, kube_api
 def test_a_new_cluster_beyond_max_is_refused_before_any_resize(infra: Proxy, kube_api: KubeApiStandIn) -> None:  # noqa: F811
     release(3, "first")
     infra.bodies.clear()
-    with pytest.raises(ClusterError, match=r"A NewCluster upgrade of 3 worker\(s\) .*needs 6 nvidia.com/gpu = 6 node\(s\)"
+    with pytest.raises(ClusterError, match=r"A NewCluster upgrade of 3 worker\(s\) needs 6 nvidia.com/gpu = 6 node\(s\)"
                        r".*at most 4.*Deploy at most 2 worker\(s\), or raise node_groups\['gpu'\].max_size to 6"):
         target(image=IMAGE.replace(":abc", ":def")).apply_serve_config(serve_config(model="first"))
     assert nodegroup_updates(infra) == []
@@ -149,6 +149,28 @@ def test_an_image_change_on_a_full_node_group_names_the_way_through(infra: Proxy
     assert "with release: direct as with blue/green" in message and "raylift_teardown" in message, message
     assert "Deploy at most 2 worker(s)" in message and "'None' is no way through" in message, message
     assert nodegroup_updates(infra) == [] and scaling()["desiredSize"] == 4
+
+
+def test_the_autoscaler_is_never_offered_more_pods_than_the_node_group_can_hold(infra: Proxy) -> None:
+    """gpu-vllm's worker group scales to 8 pods, but node group gpu holds at most 4 g5.2xlarge (one GPU each) and no
+    cluster autoscaler grows it: KubeRay's in-tree autoscaler is bounded to 4 (never below the running workers)."""
+    def bounded(workers: int, **extra: object) -> dict[str, Any]:
+        t = target(**extra)
+        manifest = t.render(serve_config(model="first"), workers)
+        t._bound_max_replicas(manifest, workers)  # what apply_serve_config and hold_candidate apply
+        (group,) = manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        return dict(group)
+
+    group = bounded(2)
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 4)
+    assert bounded(6)["maxReplicas"] == 6  # what runs is never cut (six workers are refused by the scale step)
+    assert bounded(2, accelerators_per_node=4)["maxReplicas"] == 8  # four g5.12xlarge hold the profile's 8
+
+
+def test_the_applied_rayservice_carries_the_bound(infra: Proxy, kube_api: KubeApiStandIn) -> None:  # noqa: F811
+    release(2, "first")
+    (group,) = live(kube_api)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert (group["replicas"], group["maxReplicas"]) == (2, 4)
 
 
 def _spec(workers: int = 2, image: str = IMAGE, strategy: str = "NewCluster", model: str = "first") -> dict[str, Any]:

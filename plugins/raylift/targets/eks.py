@@ -381,9 +381,9 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
             # KubeRay starts the new cluster beside the old one whatever the release (blue/green holds it; release:
             # direct lets KubeRay switch on health): room for both is the only way through, or an outage
             raise ClusterError(
-                f"A {strategy} upgrade of {workers} worker(s) (a new rayClusterConfig: a new image, Ray version or "
-                f"pod spec) needs {what} = {nodes} node(s) of node group {self.worker_nodegroup!r}: KubeRay starts "
-                f"the new Ray cluster beside the serving one, with release: direct as with blue/green. The group "
+                f"A {strategy} upgrade of {workers} worker(s) needs {what} = {nodes} node(s) of node group "
+                f"{self.worker_nodegroup!r}: for a new rayClusterConfig (a new image, Ray version or pod spec) KubeRay "
+                f"starts the new Ray cluster beside the serving one, with release: direct as with blue/green. The group "
                 f"allows at most {now.max_size} (its maxSize, set by terraform; now {now.desired_size}); raylift "
                 f"never raises maxSize and resized nothing, nothing was applied. {fewer} "
                 f"node_groups[{self.worker_nodegroup!r}].max_size to {nodes} in the terraform stack for this release "
@@ -527,6 +527,27 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
         )
         return manifest
 
+    def _bound_max_replicas(self, manifest: dict[str, Any], workers: int) -> None:
+        """KubeRay's in-tree autoscaler may grow a worker group to its ``maxReplicas``, but the node group never
+        grows past its maxSize (no cluster autoscaler moves it; raylift sizes it): a pod beyond what maxSize holds
+        stays Pending for good, and Serve waits on a replica that never starts. So each group's ``maxReplicas`` is
+        bounded by the most workers ``maxSize`` nodes hold (``nodes_for``), never below ``workers`` (what runs
+        now; more than fits is refused by the scale step). KubeRay's cluster hash leaves ``maxReplicas`` out
+        (``GenerateHashWithoutReplicasAndWorkersToDelete``), so the bound never starts a new cluster."""
+        groups = manifest["spec"]["rayClusterConfig"].get("workerGroupSpecs") or []
+        if not groups:
+            return
+        max_nodes = self._eks().scaling(self.cluster_name, self.worker_nodegroup).max_size
+        for group in groups:
+            asked = int(group.get("maxReplicas", workers))
+            if asked <= workers or self.nodes_for(asked)[0] <= max_nodes:
+                continue
+            fits = self._workers_that_fit(max_nodes, "None", asked)
+            bound = max(workers, fits)
+            log.info("worker group %s: maxReplicas %d bounded to %d (node group %s holds at most %d node(s))",
+                     group.get("groupName"), asked, bound, self.worker_nodegroup, max_nodes)
+            group["maxReplicas"] = bound
+
     def apply_serve_config(self, config: dict[str, Any]) -> None:
         """Render, have the API server validate it (dry run), check headroom, keep the spec being replaced,
         then server-side apply. A refused manifest changes nothing that serves.
@@ -535,6 +556,7 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
         API server would store it, defaults filled in) is compared with the live spec by KubeRay's own rules."""
         workers = self.recorded_workers()
         manifest = self.render(config, workers)
+        self._bound_max_replicas(manifest, workers)
         hook = self._kuberay()
         would_be = hook.apply_rayservice(manifest, dry_run=True)
         previous = hook.get_rayservice(self.rayservice_name, self.namespace)

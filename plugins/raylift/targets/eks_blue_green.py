@@ -114,6 +114,8 @@ class EksBlueGreen:
 
         def render(self, config: dict[str, Any], workers: int) -> dict[str, Any]: ...
 
+        def _bound_max_replicas(self, manifest: dict[str, Any], workers: int) -> None: ...
+
         def nodes_for(self, workers: int, strategy: str = "None") -> tuple[int, float]: ...
 
         def ensure_headroom(self, workers: int, *, new_cluster: bool, strategy: str | None = None) -> None: ...
@@ -188,7 +190,9 @@ class EksBlueGreen:
 
         held = self._held_strategy()
         workers = self.recorded_workers()
-        manifest = with_upgrade_strategy(self.render(config, workers), held)
+        rendered = self.render(config, workers)
+        self._bound_max_replicas(rendered, workers)
+        manifest = with_upgrade_strategy(rendered, held)
         hook = self._kuberay()
         live = self._live()
         view = upgrade_view(live)
