@@ -32,10 +32,22 @@ class ClusterChange(StrEnum):
     NEW_CLUSTER = "new-cluster"  # rayClusterConfig changed: a new cluster, if the upgrade strategy allows
 
 
+# Pod fields KubeRay (v1.7) also leaves out, in the head's and each worker group's pod template: external controllers
+# (Kueue) inject them after creation (utils.GenerateHashWithoutReplicasAndWorkersToDelete).
+MUTED_POD_FIELDS = ("tolerations", "schedulingGates")
+
+
 def _hashed(cluster_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``rayClusterConfig`` as KubeRay hashes it: without the fields the autoscaler owns."""
+    """``rayClusterConfig`` as KubeRay hashes it: without the fields the autoscaler owns, the pods' tolerations and
+    scheduling gates, ``suspend`` (``rayClusterSpecForHashing``) and the RayCluster's ``upgradeStrategy``."""
     view = copy.deepcopy(dict(cluster_config or {}))
     view.pop("upgradeStrategy", None)
+    view.pop("suspend", None)
+    head_pod = ((view.get("headGroupSpec") or {}).get("template") or {}).get("spec")
+    for pod in [head_pod, *[((g.get("template") or {}).get("spec")) for g in view.get("workerGroupSpecs") or []]]:
+        if isinstance(pod, dict):
+            for key in MUTED_POD_FIELDS:
+                pod.pop(key, None)
     groups = view.get("workerGroupSpecs") or []
     for group in groups:
         for key in MUTED_WORKER_GROUP_FIELDS:
