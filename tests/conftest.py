@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests import tier_guard
+from tests.harness import aws_client_cost
 from tests.harness.moto_server import aws_env, moto_server, reset
 
 
@@ -55,6 +56,7 @@ def moto_url() -> Iterator[str]:
 @pytest.fixture()
 def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A clean moto state and an environment whose AWS calls all go to it. Yields the endpoint URL."""
+    aws_client_cost.install()  # each boto3 client's static costs once per process: tests/harness/aws_client_cost.py
     reset(moto_url)
     for key, value in aws_env(moto_url).items():
         monkeypatch.setenv(key, value)
