@@ -65,5 +65,8 @@ def test_two_workers_started_together_both_join_each_with_its_own_sockets(tmp_pa
             assert all(Path(s).is_relative_to(own) for s in (worker["ObjectStoreSocketName"],
                                                              worker["RayletSocketName"])), (own, worker)
     finally:
-        cluster.stop()
+        # every node exits on SIGTERM within the grace, none needs the group's SIGKILL (Ray 2.60's own SIGTERM drain
+        # waited 30 s on the head: local/cluster.py's node environment)
+        ended = cluster.stop(grace_s=20)
+    assert ended == {"worker-0": "SIGTERM", "worker-1": "SIGTERM", "head": "SIGTERM"}, ended
     assert cluster.nodes() == {}

