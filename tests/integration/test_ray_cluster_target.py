@@ -54,6 +54,9 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Po
         pytest.skip("runtime venv missing (make setup)")
     home = tmp_path_factory.mktemp("ray-head")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    # a stand-in of a user's cluster whose stop is not under test: Ray 2.60 drains a node for 30 s on SIGTERM first
+    # (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S; the stop signals its whole group, so there is nothing to drain)
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     env |= {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0",
             "PATH": f"{RAY.parent}:{env.get('PATH', '')}"}
     # `ray start` gives its raylet a fixed 30 s to register with the GCS and exits when it ran out, which a box
