@@ -118,11 +118,16 @@ def test_a_sweep_climbs_until_throughput_stops_growing_and_names_the_knee(stub: 
     page = write_report(result, tmp_path)["html"].read_text()
     assert f"Knee at concurrency {knee}" in page
     # an SLO the next level breaks stops the climb there, and that level is not the best. At concurrency 4 two of
-    # the stub's streams wait for a whole stream (over 1 s) before their first token, so p99 TTFT 500 ms breaks
-    # there; at 1 and 2 TTFT is the stub's 50 ms (150 ms was once broken at 1 by a stall beside the heavy lane)
-    slow = run_benchmark(url, "stub", sweep={"max_concurrency": 32, "min_gain": 0.0}, requests_per_level=8,
-                         slo_breach=level_breach({"max_ttft_p99_ms": 500.0}))
-    assert slow["sweep"]["stop_reason"].startswith("SLO broken at concurrency"), slow["sweep"]
+    # the stub's streams wait for a whole stream before their first token: 40 output tokens make that 50 + 39 x 20
+    # = 830 ms, so p99 TTFT 500 ms breaks there (the smoke profile's 16 +- 2 tokens made it 400-480 ms, under the
+    # SLO whenever the client kept time: a CI run stopped on throughput at 4 instead); at 1 and 2 TTFT is the
+    # stub's 50 ms (150 ms was once broken at 1 by a stall beside the heavy lane)
+    long_answers = {"name": "long-answers", "mean_input_tokens": 32, "stddev_input_tokens": 4,
+                    "mean_output_tokens": 40, "stddev_output_tokens": 0}
+    with raised_priority():
+        slow = run_benchmark(url, "stub", profile=long_answers, sweep={"max_concurrency": 32, "min_gain": 0.0},
+                             requests_per_level=8, slo_breach=level_breach({"max_ttft_p99_ms": 500.0}))
+    assert slow["sweep"]["stop_reason"].startswith("SLO broken at concurrency 4:"), slow["sweep"]
     assert "ttft_ms.p99" in slow["sweep"]["stop_reason"]
     broken = slow["levels"][-1]
     assert broken["ttft_ms"]["p99"] > 500 and slow["sweep"]["best_concurrency"] != broken["concurrency"]
