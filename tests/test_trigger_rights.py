@@ -110,6 +110,60 @@ def test_a_connections_model_store_is_allowed_but_never_in_airflows_folders(
         resolve_target("local", {}, "dev")
 
 
+AWS_WHERE = {"ecs": {"cluster": "raylift", "region_name": "us-west-2", "cloud_map_namespace": "raylift.local"},
+             "eks": {"cluster_name": "raylift", "region_name": "us-west-2", "worker_nodegroup": "gpu"}}
+
+
+@pytest.mark.parametrize("target", ["ecs", "eks"])
+def test_a_params_only_aws_run_writes_only_under_an_allowed_s3_root(
+    airflow_folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, target: str,
+) -> None:
+    """An MWAA environment's bucket holds its DAGs (``dags/``), plugins and requirements, and its execution role may
+    write there: a Params-only run may not point raylift's writes at it (seen failing before the check: resolved)."""
+    from raylift.targets import resolve_target
+
+    mwaa = {**AWS_WHERE[target], "bucket": "airflow-prod-env", "model_prefix": "dags"}
+    with pytest.raises(RayliftValueError) as err:
+        resolve_target(target, mwaa, None)
+    message = str(err.value)
+    assert f"this {target} run" in message and "bucket + model_prefix = s3://airflow-prod-env/dags" in message
+    assert "RAYLIFT_ALLOWED_MODEL_STORES" in message and "cluster_conn_id" in message and "none set" in message
+    # a root of the whole bucket allows every prefix in it; one prefix of it allows only what lies under it
+    monkeypatch.setenv("RAYLIFT_ALLOWED_MODEL_STORES", json.dumps(["s3://models-dev", "/srv/raylift"]))
+    dev = {**AWS_WHERE[target], "bucket": "models-dev"}
+    assert resolve_target(target, dev, None).model_store_uri() == "s3://models-dev/models"
+    with pytest.raises(RayliftValueError, match="s3://airflow-prod-env/dags"):
+        resolve_target(target, mwaa, None)
+    with pytest.raises(RayliftValueError, match=r"s3://models-dev-other/models"):  # a bucket, not a string prefix
+        resolve_target(target, {**dev, "bucket": "models-dev-other"}, None)
+    monkeypatch.setenv("RAYLIFT_ALLOWED_MODEL_STORES", "s3://models-dev/raylift")
+    with pytest.raises(RayliftValueError) as err:
+        resolve_target(target, dev, None)
+    assert "bucket + model_prefix = s3://models-dev/models" in str(err.value)
+    assert "state_prefix" not in str(err.value)  # s3://models-dev/raylift, the default state prefix, is allowed
+    for prefix in ("model_prefix", "artifacts_prefix", "build_context_prefix"):
+        assert f"bucket + {prefix}" in str(err.value)
+    inside = {f: f"raylift/{f}" for f in ("model_prefix", "state_prefix", "artifacts_prefix", "build_context_prefix")}
+    assert resolve_target(target, {**dev, **inside}, None).model_store_uri() == "s3://models-dev/raylift/model_prefix"
+
+
+@pytest.mark.component
+@pytest.mark.parametrize("target", ["ecs", "eks"])
+def test_a_connections_bucket_is_allowed_as_it_is(
+    airflow_folders: tuple[Path, Path], aws: str, monkeypatch: pytest.MonkeyPatch, target: str,
+) -> None:
+    """Whoever edits connections chose the bucket: no root needed (moto: the connection's claim record is written
+    to its state store)."""
+    import boto3
+
+    from raylift.targets import resolve_target
+
+    boto3.client("s3", region_name="us-west-2").create_bucket(
+        Bucket="models-prod", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    add_connection(monkeypatch, "prod", kind=target, bucket="models-prod", **AWS_WHERE[target])
+    assert resolve_target(target, {}, "prod").model_store_uri() == "s3://models-prod/models"
+
+
 # -- 2. a model repo's own code runs only where the connection allows it -------------------------------------------
 class _Ran(Exception):
     """The engine-args check (which imports the model's code) was reached."""

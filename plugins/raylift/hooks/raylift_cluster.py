@@ -159,6 +159,30 @@ def check_model_store(value: str | None, *, where: str, from_params: bool, defau
     )
 
 
+def check_bucket_writes(locations: dict[str, str], *, target: str) -> None:
+    """Refuse a Params-only ``ecs``/``eks`` run whose options point raylift's S3 writes (``locations``: by the options
+    that name them) outside the roots of ``RAYLIFT_ALLOWED_MODEL_STORES``, before anything is written. The worker's
+    role may write more than raylift should (on MWAA, the environment's own bucket: its ``dags/`` prefix, plugins
+    and requirements), so whoever runs Airflow names the prefixes; a cluster connection's options are allowed as
+    they are."""
+    from raylift.config import ALLOWED_MODEL_STORES_ENV, allowed_model_stores
+
+    roots = [store_location(root) for root in allowed_model_stores() if root.startswith("s3://")]
+    outside = {name: uri for name, uri in locations.items()
+               if not any(_within(store_location(uri), root) for root in roots)}
+    if not outside:
+        return
+    where = ", ".join(f"{name} = {uri}" for name, uri in outside.items())
+    raise RayliftValueError(
+        f"target_options of this {target} run came from its Params, and where raylift writes is not the trigger's "
+        f"choice: {where} {'is' if len(outside) == 1 else 'are'} not under an s3:// root of "
+        f"{ALLOWED_MODEL_STORES_ENV} ({', '.join(roots) if roots else 'none set on this worker'}). Name a "
+        "raylift_cluster connection whose bucket it is (the cluster_conn_id Param; tools/tf_outputs_to_airflow.py "
+        f"writes one from the terraform stack), or ask whoever runs Airflow to add the bucket (s3://<bucket>) or "
+        f"its prefixes to {ALLOWED_MODEL_STORES_ENV} on the workers. Nothing was written."
+    )
+
+
 def canonical_host(host: str) -> str:
     """One spelling of a host: lower-case, the trailing dot of a fully qualified name dropped, an international name
     in its IDNA (``xn--``) form, an IP address in its compressed form (``::ffff:10.0.0.1`` is ``10.0.0.1``)."""

@@ -7,7 +7,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from raylift.errors import RayliftValueError, UnknownTargetError
-from raylift.targets.base import Target
+from raylift.targets.base import BucketWriter, Target
 
 if TYPE_CHECKING:
     from raylift.hooks.raylift_cluster import ClusterConnection
@@ -86,14 +86,15 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
 
     Before anything is sent or written: a relative ``model_store`` is refused, as is one inside (or holding)
     Airflow's DAGs or plugins folder, and a Params-only run's must be the default or under an allowed root
-    (``check_model_store``); a connection named by ``hf_conn_id`` /
-    ``aws_conn_id`` must be a hub-token / AWS one; ``cluster_conn_id`` must be allowed for ``dag_id`` (default: the
-    running task's DAG) by the ``raylift_allowed_cluster_conns`` Variable, and the only connection pointing at its
-    cluster; a Params-only run may not point at a cluster a connection owns."""
+    (``check_model_store``), as must a Params-only ``ecs``/``eks`` run's S3 prefixes (``check_bucket_writes``); a
+    connection named by ``hf_conn_id`` / ``aws_conn_id`` must be a hub-token / AWS one; ``cluster_conn_id`` must be
+    allowed for ``dag_id`` (default: the running task's DAG) by the ``raylift_allowed_cluster_conns`` Variable, and
+    the only connection pointing at its cluster; a Params-only run may not point at a cluster a connection owns."""
     from raylift.hooks.raylift_cluster import (
         REACH_KEYS,
         RayliftClusterHook,
         check_allowed,
+        check_bucket_writes,
         check_model_store,
         check_sole_owner,
         check_store_uri,
@@ -109,7 +110,10 @@ def resolve_target(target: str, target_options: dict[str, Any] | None, cluster_c
             check_model_store(options.get("model_store"), where="target_options.", from_params=True,
                               default=_default_store())
         check_unowned(target, options)
-        return get_target(target, **options)
+        built = get_target(target, **options)
+        if isinstance(built, BucketWriter):
+            check_bucket_writes(built.s3_write_locations(), target=target)
+        return built
     check_allowed(cluster_conn_id, dag_id or _current_dag_id())
     cluster = RayliftClusterHook(cluster_conn_id).cluster()
     check_sole_owner(cluster)

@@ -154,6 +154,14 @@ class AwsTarget(Target):
     def state_uri(self) -> str:
         return f"s3://{self.aws.bucket}/{self.aws.state_prefix.strip('/')}"
 
+    def s3_write_locations(self) -> dict[str, str]:
+        """Where this target writes (``BucketWriter``): the model store, the release state and lease, the packaged
+        artifacts and the image build's context, each a prefix of ``bucket``."""
+        prefixes = {"model_prefix": self.aws.model_prefix, "state_prefix": self.aws.state_prefix,
+                    "artifacts_prefix": self.aws.artifacts_prefix, "build_context_prefix": self.aws.build_context_prefix}
+        return {f"bucket + {name}": f"s3://{self.aws.bucket}/{prefix.strip('/')}".rstrip("/")
+                for name, prefix in prefixes.items()}
+
     def state_store(self) -> Any:
         """One store (one S3Hook, one boto3 client) per target: the hook's client is built once, as the Amazon
         provider caches it (``AwsBaseHook.conn``), instead of once per record read or written (each build costs a

@@ -54,6 +54,18 @@ class ServeSchemaChecker(Protocol):
         ...
 
 
+@runtime_checkable
+class BucketWriter(Protocol):
+    """An optional capability: a target that writes to S3 prefixes its options name (``ecs``, ``eks``: models,
+    release state, artifacts and the image build's context under ``bucket``). A Params-only run's must lie under an
+    operator-set root (``raylift.hooks.raylift_cluster.check_bucket_writes``): the trigger does not choose where
+    raylift writes, an MWAA environment's DAGs bucket included."""
+
+    def s3_write_locations(self) -> dict[str, str]:
+        """Each ``s3://bucket/prefix`` this target writes under, by the options that name it."""
+        ...
+
+
 # Engine args that make vLLM or transformers run code a run chose, each with the values that do not: a model repo's
 # own modules (trust_remote_code: its config's auto_map), or classes imported by the path given (the worker class,
 # its extension, logits processors). Refused unless the cluster's connection allows remote code.
