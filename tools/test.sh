@@ -8,11 +8,10 @@ RAYLIFT_KUBERAY_CRDS=$(bash tools/kuberay_crds.sh) || exit 1
 export RAYLIFT_KUBERAY_CRDS
 bash tools/setup.sh all || exit 1
 # llama-cpp-python compiles from its sdist the first time (~270 s here): in the background, beside the static checks
-# and the lanes, at the lower priority of lanes 2 and 3 (below); only the llama.cpp tests wait for it
-# (LLAMACPP_TESTS in tests/conftest.py, which reads the rc file).
+# and the lanes; only the llama.cpp tests wait for it (LLAMACPP_TESTS in tests/conftest.py, which reads the rc file).
 mkdir -p var/test-tmp
 rm -f var/test-tmp/llamacpp.rc
-(nice -n "${RAYLIFT_LANE_NICE:-5}" bash tools/setup.sh llamacpp; echo $? >var/test-tmp/llamacpp.rc.part && mv var/test-tmp/llamacpp.rc.part var/test-tmp/llamacpp.rc) \
+(bash tools/setup.sh llamacpp; echo $? >var/test-tmp/llamacpp.rc.part && mv var/test-tmp/llamacpp.rc.part var/test-tmp/llamacpp.rc) \
   >var/test-tmp/llamacpp.log 2>&1 &
 llamacpp_pid=$!
 export RAYLIFT_LLAMACPP_RC=$PWD/var/test-tmp/llamacpp.rc
@@ -57,25 +56,20 @@ MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/te
 INSTALL=()
 [ -d tests/install ] && INSTALL=(tests/install)
 MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}" "${INSTALL[@]}")
-# The heavy lane is the suite's critical path (it ended 8 min after the other two, which shared the 2 cores with it
-# until then): lanes 2 and 3 run at a lower priority (LANE_NICE), so the heavy lane gets the CPU it asks for and the
-# others take what it leaves (bench/README.md, session 40). Processes that measure still raise their own priority
-# (tests/bench/priority.py).
-LANE_NICE=${RAYLIFT_LANE_NICE:-5}
 "${PYTEST[@]}" "${HEAVY[@]}" "${MULTI_INTEGRATION[@]/#/--ignore=}" --basetemp=var/test-tmp/heavy \
   --junitxml=var/test-tmp/heavy.xml >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
-nice -n "$LANE_NICE" "${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi --junitxml=var/test-tmp/multi.xml \
+"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi --junitxml=var/test-tmp/multi.xml \
   >var/test-tmp/multi.log 2>&1 &
 multi_pid=$!
 # Lane 3, in the foreground: the static checks, then every other test; then each background lane's log follows.
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"
 static_rc=0
-nice -n "$LANE_NICE" "$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
-PYTHONPATH=plugins nice -n "$LANE_NICE" "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
-nice -n "$LANE_NICE" "$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
+"$CONTROL_VENV/bin/ruff" check --no-cache . || static_rc=1
+PYTHONPATH=plugins "$CONTROL_VENV/bin/lint-imports" --no-cache || static_rc=1
+"$CONTROL_VENV/bin/mypy" --cache-dir var/mypy-cache || static_rc=1
 say "static checks: rc $static_rc"
-nice -n "$LANE_NICE" "${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker "${INSTALL[@]/#/--ignore=}" \
+"${PYTEST[@]}" tests "${HEAVY[@]/#/--ignore=}" --ignore=tests/multiworker "${INSTALL[@]/#/--ignore=}" \
   --basetemp=var/test-tmp/light --junitxml=var/test-tmp/light.xml
 light_rc=$?
 say "unit tests done (rc $light_rc); the multi-worker Airflow (lane 2) so far, then as it goes:"
