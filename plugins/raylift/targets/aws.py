@@ -157,10 +157,10 @@ class AwsTarget(Target):
     def s3_write_locations(self) -> dict[str, str]:
         """Where this target writes (``BucketWriter``): the model store, the release state and lease, the packaged
         artifacts and the image build's context, each a prefix of ``bucket``."""
-        prefixes = {"model_prefix": self.aws.model_prefix, "state_prefix": self.aws.state_prefix,
-                    "artifacts_prefix": self.aws.artifacts_prefix, "build_context_prefix": self.aws.build_context_prefix}
-        return {f"bucket + {name}": f"s3://{self.aws.bucket}/{prefix.strip('/')}".rstrip("/")
-                for name, prefix in prefixes.items()}
+        bucket = f"s3://{self.aws.bucket}"
+        return {"bucket + model_prefix": self.model_store_uri(), "bucket + state_prefix": self.state_uri(),
+                "bucket + artifacts_prefix": f"{bucket}/{self.aws.artifacts_prefix.strip('/')}",
+                "bucket + build_context_prefix": f"{bucket}/{self.aws.build_context_prefix.strip('/')}"}
 
     def state_store(self) -> Any:
         """One store (one S3Hook, one boto3 client) per target: the hook's client is built once, as the Amazon
