@@ -228,14 +228,19 @@ def paired_release(target: Any, kind: str, model_path: str | None, client: Clien
 
 
 def release_conf(base: Mapping[str, Any], kind: str, i: int, *, model_path: str | None,
-                 bg_runtime: str | None) -> dict[str, Any]:
+                 bg_runtime: str | None, serving_runtime: str | None = None) -> dict[str, Any]:
     """The DAG run's conf for release ``i`` of ``kind``: default Params but the stack's own (make demo's shape, one
     node), ``release: canary``, ``on_inconclusive: pass`` (a scheduled release has nobody to answer a hold).
     ``copy``: the serving weights with a harmless engine change (vLLM's sampling ``seed``: the replicas restart, so
     the release is a canary of the same speed, not an unchanged redeploy); ``seed``: new weights of the same shape;
-    ``slower``: the model with more layers; ``blue_green``: the serving config on the other colour's cluster from
-    ``bg_runtime`` (a runtime change: local's blue/green), an A/A across two clusters."""
+    ``slower``: the model with more layers; ``blue_green``: the serving config on the other runtime env's cluster
+    (a runtime change: local's blue/green), an A/A across two clusters.
+
+    ``serving_runtime`` is the runtime env serving now (``None``: the stack's default): every canary keeps it, so
+    that only a ``blue_green`` release changes the runtime, to ``bg_runtime`` from the default and back again."""
     conf = {**base, "release": "canary", "on_inconclusive": "pass"}
+    if serving_runtime is not None:
+        conf["target_options"] = {"runtime_python": serving_runtime}
     if kind == "copy":
         conf["engine_args"] = {"seed": 1000 + i}
     elif kind in ("seed", "slower"):
@@ -245,7 +250,10 @@ def release_conf(base: Mapping[str, Any], kind: str, i: int, *, model_path: str 
     elif kind == "blue_green":
         if not bg_runtime:
             raise ValueError("a blue/green release needs --bg-runtime (a second runtime env's Python)")
-        conf["target_options"] = {"runtime_python": bg_runtime}
+        if serving_runtime is None:
+            conf["target_options"] = {"runtime_python": bg_runtime}
+        else:
+            conf.pop("target_options", None)  # back to the stack's default runtime env: a runtime change again
     else:
         raise ValueError(f"unknown release kind {kind!r}")
     return conf
@@ -443,14 +451,18 @@ def main(argv: list[str] | None = None) -> int:
                                        requests_per_level=DEFAULT_REQUESTS_PER_LEVEL, idle_s=args.idle_s)
                 meta["slower_alone"] = {k: v for k, v in alone.items() if k != "samples"}
             paired_left = args.paired
+            serving_runtime: str | None = None  # the runtime env serving: the stack's default first
             for i, kind in enumerate(order):
                 path = None
                 if kind == "seed":
                     path = str(make_model(models / f"tiny-seed-{i}", seed=100 + i))
                 elif kind == SLOWER:
                     path = str(slow_model)
-                row = {"i": i, **dag_release(env, home, release_conf(conf, kind, i, model_path=path,
-                                                                     bg_runtime=args.bg_runtime), kind, client)}
+                run_conf = release_conf(conf, kind, i, model_path=path, bg_runtime=args.bg_runtime,
+                                        serving_runtime=serving_runtime)
+                row = {"i": i, **dag_release(env, home, run_conf, kind, client)}
+                if kind == BLUE_GREEN and row.get("action") == "promote":  # the other runtime env serves now
+                    serving_runtime = (run_conf.get("target_options") or {}).get("runtime_python")
                 if kind != BLUE_GREEN and paired_left > 0:
                     paired_left -= 1
                     paired = paired_release(target, kind, path, client, seed=args.seed + i,
