@@ -207,6 +207,7 @@ COMPONENT: dict[str, tuple[str, tuple[str, ...]]] = {
         "test_rollback_restores_what_this_run_replaced_not_an_older_last_good",
         "test_a_full_cluster_rolls_back_stop_before_start_within_the_fit",
         "test_a_roomy_cluster_rolls_back_with_the_runs_surge",
+        "test_the_rollback_waits_for_the_restored_app_as_long_as_the_runs_deploy_timeout",
         "test_a_hand_scale_up_during_a_direct_release_survives_its_rollback",
         "test_a_hand_scale_up_of_the_serving_app_during_a_canary_survives_its_rollback",
     )),

@@ -145,7 +145,8 @@ def deploy_params() -> dict[str, Param]:
             param_default("deploy_timeout_s"), type="integer", minimum=MIN_DEPLOY_TIMEOUT_S,
             maximum=MAX_DEPLOY_TIMEOUT_S,
             description="Seconds the deploy (and promote's rollout) waits for the app to be RUNNING before the run "
-            "rolls back. Raise it where a replica takes long to start: a Neuron compile, a new GPU node pulling a "
+            "rolls back; the rollback waits as long for the app it puts back, and an EKS blue/green switch for "
+            "KubeRay. Raise it where a replica takes long to start: a Neuron compile, a new GPU node pulling a "
             "multi-GB image (every target honours it)",
         ),
         "autoscaling": param(

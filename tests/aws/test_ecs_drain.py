@@ -72,7 +72,7 @@ class Blue:
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
 
-    def switch_endpoint(self, to: str) -> None:
+    def switch_endpoint(self, to: str, *, timeout_s: float | None = None) -> None:
         self.calls.append(("switch", to))
 
     def drain_trigger(self, cluster: str) -> ServeIngressDrainedTrigger:

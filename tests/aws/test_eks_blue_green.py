@@ -266,9 +266,11 @@ def operator(serving: KubeRayModel, monkeypatch: pytest.MonkeyPatch) -> tuple[Ku
     return model, pauses
 
 
-def started_release(model: KubeRayModel, state: DeploymentState) -> tuple[dict[str, Any], Any]:
+def started_release(model: KubeRayModel, state: DeploymentState,
+                    timeout_s: float | None = None) -> tuple[dict[str, Any], Any]:
     """What the deploy step does for a new image (a canary release planned blue/green): cluster_change, the pair,
-    start_blue_green, then its wait on the candidate, KubeRay reconciling; returns (config, the candidate target)."""
+    start_blue_green (with the run's ``deploy_timeout_s``, when given), then its wait on the candidate, KubeRay
+    reconciling; returns (config, the candidate target)."""
     t = target(image=NEW_IMAGE)
     current = t.current_serve_config()
     change = t.cluster_change()
@@ -276,10 +278,10 @@ def started_release(model: KubeRayModel, state: DeploymentState) -> tuple[dict[s
     assert t.on_cluster(t.blue_green_pair().candidate).endpoint_url  # the deploy step's cluster_of, before anything
     app = serve_config(model="first")["applications"][0]
     config, green = start_blue_green(t, state, RUN, app, current, "llm", defaults={}, change=change,
-                                     log=logging.getLogger("test"))
+                                     timeout_s=timeout_s, log=logging.getLogger("test"))
     assert state.blue_green(RUN) == {"serving": "llm-00001", "candidate": "pending", "change": change,
                                      "stage": STARTED, "serving_config_hash": state.blue_green(RUN)["serving_config_hash"],
-                                     "workers": 1}
+                                     "workers": 1, **({"timeout_s": timeout_s} if timeout_s else {})}
     assert stored(model)["spec"]["upgradeStrategy"]["clusterUpgradeOptions"]["stepSizePercent"] == 0
     assert desired_size() == 4
     eks_follows_the_node_group()
@@ -327,6 +329,33 @@ def test_a_blue_green_release_holds_the_candidate_measures_both_clusters_then_pr
     assert state.blue_green(RUN)["stage"] == RETIRED
     assert "KubeRay deletes the old cluster llm-00001; node group gpu back from 4 to 2 node(s)" in done, done
     assert sorted(model.kube.httproutes) == [(NS, f"{SERVICE}-httproute")]  # the arms' routes are gone
+
+
+@pytest.mark.parametrize("step", ["promote", "rollback"])
+def test_the_switch_and_the_removal_wait_as_long_as_the_runs_deploy_timeout(
+        operator: tuple[KubeRayModel, list[float]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """Issue 55 item 4: KubeRay's switch may grow the candidate onto new nodes pulling a multi-GB image, so promote's
+    wait (and the rollback's wait for the removal) is the run's ``deploy_timeout_s`` (kept in the release's record
+    by the deploy step), not a fixed 600 s."""
+    model, _ = operator
+    waits: list[float] = []
+    poll = RayServiceUpgradeTrigger.poll  # the fixture's: KubeRay reconciles before each read
+
+    def spied(self: RayServiceUpgradeTrigger) -> Any:
+        waits.append(self.timeout_s)
+        return poll(self)
+
+    monkeypatch.setattr(RayServiceUpgradeTrigger, "poll", spied)
+    state = DeploymentState(LocalStore(tmp_path), "eks", "llm")
+    started_release(model, state, timeout_s=5400.0)
+    waits.clear()  # the deploy step's own wait (started_release's) is the operator's, given there
+    if step == "promote":
+        promote_blue_green(target(image=NEW_IMAGE), state, RUN)
+        assert model.active() == "llm-00002"
+    else:
+        undo_release(target(image=NEW_IMAGE), state, RUN, "llm")
+        assert model.active() == "llm-00001" and "llm-00002" in model.deleted
+    assert waits and set(waits) == {5400.0}, waits
 
 
 def test_a_rejected_blue_green_release_removes_the_pending_cluster_and_leaves_the_serving_one(

@@ -206,6 +206,19 @@ def test_a_first_deploy_and_release_direct_keep_the_direct_path(serve: ServeStan
     assert len(serve.puts) == puts
 
 
+def test_each_release_step_records_the_runs_deploy_timeout_for_its_rollback(serve: ServeStandin,
+                                                                          tmp_path: Path) -> None:
+    """The rollback step has no Params; it waits for the restored app as long as the run's ``deploy_timeout_s``,
+    which the deploy (direct or canary) and the promote record with what they apply (issue 55 item 4)."""
+    xcoms = XComs()
+    deploy("/store/a", "r1", xcoms, timeout_s=1234)  # a first deploy: direct
+    assert state(tmp_path).applied("r1")["timeout_s"] == 1234
+    deployed = deploy("/store/b", "r2", xcoms, timeout_s=2345)  # a canary beside it
+    assert deployed["release"] == "canary" and state(tmp_path).applied("r2")["timeout_s"] == 2345
+    promote("r2", xcoms, deployed)  # its own timeout_s (30 s)
+    assert state(tmp_path).applied("r2")["timeout_s"] == 30
+
+
 def test_promote_refuses_when_the_serving_app_changed_meanwhile(serve: ServeStandin, tmp_path: Path) -> None:
     from raylift.operators.promote import ReleaseConflictError
 

@@ -303,6 +303,25 @@ def test_a_roomy_cluster_rolls_back_with_the_runs_surge(serve: ServeStandin, tmp
     assert serve.app(APP)["deployments"][0]["max_surge_percent"] > 0
 
 
+def test_the_rollback_waits_for_the_restored_app_as_long_as_the_runs_deploy_timeout(
+        serve: ServeStandin, tmp_path: Path) -> None:
+    """Issue 55 item 4: putting the old app back loads its model as slowly as the deploy did (a Neuron compile, a new
+    node pulling the image), so the rollback waits the run's ``deploy_timeout_s``, recorded when it applied, not a
+    fixed 600 s. Here the restored replicas never get scheduled: the wait ends at the run's 2 s and says so."""
+    from raylift.release.rollback import undo_release
+    from raylift.targets.local import LocalTarget
+
+    LocalTarget().apply_serve_config(whole(app_config("/store/a")))
+    state(tmp_path).record_good("r0", copy.deepcopy(serve.config))
+    config = whole(app_config("/store/b"))
+    state(tmp_path).begin_apply("r1", copy.deepcopy(serve.config), config, surge=1, timeout_s=2)
+    LocalTarget().apply_serve_config(config)
+    serve.unschedulable = {APP}
+    outcome = undo_release(LocalTarget(), state(tmp_path), "r1", APP)
+    assert "but it is not RUNNING yet" in outcome and "not ready after 2s" in outcome, outcome
+    assert serve.app(APP)["args"]["model"] == "/store/a"  # what was written is the old app all the same
+
+
 def test_a_hand_scale_up_during_a_direct_release_survives_its_rollback(serve: ServeStandin, tmp_path: Path) -> None:
     """Issue 45 item 5: rollback restores the app's release fields (model, args, code), not its replica count: a
     hand scale-up of the app (num_replicas in Serve's live config) since this run wrote it is kept."""

@@ -188,17 +188,17 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
         state, defaults = self.state_for(name), self.cluster_defaults()
         if plan.kind == "canary":
             started = start_canary(target, state, run_id, app, current, name, defaults=defaults, surge=self.surge,
-                                   fits=self.check_fit, log=self.log)
+                                   fits=self.check_fit, timeout_s=self.timeout_s, log=self.log)
         elif plan.kind == "blue_green":
             from raylift.release.blue_green import start_blue_green
             from raylift.release.start import Started
 
             config, runs_on = start_blue_green(target, state, run_id, app, current, name, defaults=defaults,
-                                               change=str(change), log=self.log)
+                                               change=str(change), timeout_s=self.timeout_s, log=self.log)
             started = Started("blue_green", config, [name])
         else:
             started = start_direct(target, state, run_id, app, current, name, defaults=defaults, surge=self.surge,
-                                   dark=dark, log=self.log)
+                                   dark=dark, timeout_s=self.timeout_s, log=self.log)
         ti = context["ti"]
         ti.xcom_push(key="cluster_change", value=change)  # a direct cluster change is judged (release.evidence)
         ti.xcom_push(key="deploy_steps", value=steps.submitted("serve_write_s"))

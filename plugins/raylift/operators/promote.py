@@ -114,7 +114,8 @@ class PromoteReleaseOperator(TargetOperator):
                              name, "; ".join(kept))
         surge = rollback_surge(target, candidate, without, int(self.surge_replicas))
         config = promoted(current, plan, with_native_surge(candidate, surge))
-        state.begin_apply(run_id, current, config, surge=surge)  # keeps the pre-deploy snapshot: rollback's target
+        # keeps the pre-deploy snapshot (rollback's target) and this run's surge and deploy_timeout_s (its wait)
+        state.begin_apply(run_id, current, config, surge=surge, timeout_s=self.timeout_s)
         write_serve_config(target, config, read=current)
         self.log.info("promote: canary %r removed and app %r rolling to the candidate, %s; waiting for RUNNING",
                       plan.canary["name"], name,

@@ -44,16 +44,17 @@ def green_config(current: dict[str, Any], app: dict[str, Any], green: Target, *,
 
 def start_blue_green(target: Target, state: DeploymentState, run_id: str, app: dict[str, Any],
                      current: dict[str, Any], app_name: str, *, defaults: dict[str, Any], change: str,
-                     log: Any = log) -> tuple[dict[str, Any], Target]:
+                     timeout_s: float | None = None, log: Any = log) -> tuple[dict[str, Any], Target]:
     """Start the candidate cluster beside the serving one (as many workers), write it the serving config with the
-    candidate's app, and return (that config, a target on the candidate cluster) for the deploy step's wait."""
+    candidate's app, and return (that config, a target on the candidate cluster) for the deploy step's wait. The
+    record keeps the run's ``deploy_timeout_s`` (``timeout_s``) for the switch's and the removal's waits."""
     pair, record = pair_of(target, state, run_id)
     if record is not None:
         log.warning("an earlier try of run %s started this blue/green release: finishing it", run_id)
     workers = max(target.cluster_state().nodes - 1, 0)
     state.save_blue_green(run_id, {"serving": pair.serving, "candidate": pair.candidate, "change": change,
                                    "stage": STARTED, "serving_config_hash": config_hash(current),
-                                   "workers": workers})
+                                   "workers": workers, **({"timeout_s": float(timeout_s)} if timeout_s else {})})
     log.info(
         "blue/green release (%s): starting the %s cluster with %d worker(s) beside the serving %s cluster, which "
         "takes every user request until the gate promotes the candidate; the %s cluster is not written to",
@@ -86,7 +87,7 @@ def switch_blue_green(target: Target, state: DeploymentState, run_id: str, *,
     if record is None:
         raise DeployError(f"promote: run {run_id} has no blue/green record: nothing to switch")
     if record.get("stage") == STARTED:
-        target.switch_endpoint(pair.candidate)
+        target.switch_endpoint(pair.candidate, timeout_s=record.get("timeout_s"))
         record = {**record, "stage": SWITCHED}
         state.save_blue_green(run_id, record)
         log.info("promote: the endpoint sends new requests to the %s cluster", pair.candidate)
@@ -130,6 +131,6 @@ def undo_blue_green(target: Target, state: DeploymentState, run_id: str) -> str 
     if record.get("stage") != STARTED:
         return (f"the endpoint already serves the {pair.candidate} cluster (stage {record.get('stage')}): nothing "
                 "rolled back")
-    removed = target.remove_cluster(pair.candidate)
+    removed = target.remove_cluster(pair.candidate, timeout_s=record.get("timeout_s"))
     state.save_blue_green(run_id, {**record, "stage": REMOVED})
     return f"{removed}; the {pair.serving} cluster serves, never changed"

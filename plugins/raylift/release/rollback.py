@@ -109,7 +109,8 @@ def restore_app(target: Target, state: DeploymentState, run_id: str, app_name: s
 
     The failed version may be RUNNING (a smoke test or gate failed), so going back restarts replicas:
     start-before-stop with the run's ``surge_replicas`` when that fits the cluster (else stop-before-start), and
-    wait for it.
+    wait for it as long as the run's ``deploy_timeout_s`` (recorded when it applied; the default for a record
+    written before that was kept).
     """
     from raylift.config import DEPLOY_TIMEOUT_S, ROLLOUT_SURGE_REPLICAS
     from raylift.release.rollout import apply_start_before_stop
@@ -135,8 +136,8 @@ def restore_app(target: Target, state: DeploymentState, run_id: str, app_name: s
         if surge == 0:  # no surge at all, whatever Serve's echo of an earlier rollout carried
             restored = merge_app(current, with_native_surge(app, 0), defaults=saved)
             action += " (stop-before-start)"
-        event = apply_start_before_stop(target, restored, app_name, timeout_s=DEPLOY_TIMEOUT_S, read=current,
-                                        extra=surge)
+        wait_s = float(applied.get("timeout_s") or DEPLOY_TIMEOUT_S)
+        event = apply_start_before_stop(target, restored, app_name, timeout_s=wait_s, read=current, extra=surge)
         if event.get("status") != "success":
             action += f" (but it is not RUNNING yet: {event.get('message', event.get('status'))})"
     else:

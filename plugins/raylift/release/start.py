@@ -100,7 +100,8 @@ def check_release_fits(kind: str, app: dict[str, Any], current: dict[str, Any], 
 
 
 def start_canary(target: Target, state: DeploymentState, run_id: str, app: dict[str, Any], current: dict[str, Any],
-                 app_name: str, *, defaults: dict[str, Any], surge: int, fits: Fits, log: Any = log) -> Started:
+                 app_name: str, *, defaults: dict[str, Any], surge: int, fits: Fits, timeout_s: float | None = None,
+                 log: Any = log) -> Started:
     """Start the candidate as ``<app>-canary`` beside the serving app (on a lent replica if it must); the serving app
     takes all user traffic and is not changed until the gate promotes the candidate."""
     # the target's room for the fresh baseline arm (local: logical resources chosen for it), else as the app asks
@@ -111,7 +112,7 @@ def start_canary(target: Target, state: DeploymentState, run_id: str, app: dict[
         log.warning("an earlier try of run %s started this canary and did not finish: finishing it", run_id)
     config = with_canary(current, plan, defaults)
     state.save_canary(run_id, plan.as_dict())
-    state.begin_apply(run_id, current, config, surge=surge)  # what rollback undoes if this run dies
+    state.begin_apply(run_id, current, config, surge=surge, timeout_s=timeout_s)  # what rollback undoes if it dies
     waiting = [plan.canary["name"], *([app_name] if plan.lent else [])]
     log.info(
         "canary release: starting the candidate as app %r at %s beside the serving app %r%s; the serving app takes "
@@ -133,13 +134,14 @@ def direct_config(current: dict[str, Any], app: dict[str, Any], *, defaults: dic
 
 
 def start_direct(target: Target, state: DeploymentState, run_id: str, app: dict[str, Any], current: dict[str, Any],
-                 app_name: str, *, defaults: dict[str, Any], surge: int, dark: bool, log: Any = log) -> Started:
+                 app_name: str, *, defaults: dict[str, Any], surge: int, dark: bool, timeout_s: float | None = None,
+                 log: Any = log) -> Started:
     """Apply ``app`` to the app itself, judged while it serves. Before the PUT: what serves now and what this run
     applies ("applied, not yet proven"). A retry whose earlier try applied and then died (worker lost after the PUT)
     gets that try's snapshot back: the rollback target stays what served before the run, and the rollout is finished
     from it."""
     config = direct_config(current, app, defaults=defaults, surge=surge)
-    if state.begin_apply(run_id, current, config, surge=surge) is not None:
+    if state.begin_apply(run_id, current, config, surge=surge, timeout_s=timeout_s) is not None:
         log.warning(
             "an earlier try of run %s applied a config for app %r and did not finish (its worker stopped after the "
             "PUT?): finishing the rollout from the config that served before that try", run_id, app_name,

@@ -144,9 +144,10 @@ class DeploymentState:
         return self._run_record("applied", run_id)
 
     def begin_apply(self, run_id: str, before: dict[str, Any], config: dict[str, Any],
-                    surge: int | None = None) -> dict[str, Any] | None:
-        """Record, before the PUT, what was serving and what this run applies (and its ``surge_replicas``, which
-        its rollback honours). The first snapshot of a run wins: a retried task whose earlier try applied (and
+                    surge: int | None = None, timeout_s: float | None = None) -> dict[str, Any] | None:
+        """Record, before the PUT, what was serving and what this run applies (and its ``surge_replicas`` and
+        ``deploy_timeout_s``, which its rollback honours: the rollback step has no Params of its own, and putting the
+        old app back loads a model as slowly as the deploy did). The first snapshot of a run wins: a retried task whose earlier try applied (and
         died) must not take the half-applied config as "what was serving before". Returns the earlier try's
         snapshot, if there was one."""
         earlier = self.pre_deploy(run_id) if self.applied(run_id) is not None else None
@@ -155,7 +156,8 @@ class DeploymentState:
         self.store.write_json(
             self._applied_key(run_id),
             {"config": config, "config_hash": config_hash(config), "at": datetime.now(UTC).isoformat(),
-             **({"surge": surge} if surge is not None else {})},
+             **({"surge": surge} if surge is not None else {}),
+             **({"timeout_s": float(timeout_s)} if timeout_s is not None else {})},
         )
         return earlier
 

@@ -186,16 +186,19 @@ class Target(ABC):
         asks for (its runtime or image), and wait until its Serve API answers. Resumable: a running one is kept."""
         raise NotImplementedError(f"the {self.name} target has no second cluster")
 
-    def switch_endpoint(self, to: str) -> None:
-        """Send the endpoint's new requests to ``to``; requests in flight finish where they are."""
+    def switch_endpoint(self, to: str, *, timeout_s: float | None = None) -> None:
+        """Send the endpoint's new requests to ``to``; requests in flight finish where they are. ``timeout_s`` (the
+        run's ``deploy_timeout_s``) bounds a switch that waits for the candidate to take traffic (EKS: KubeRay's
+        switch, which may grow the candidate onto new nodes); a switch that does not wait has nothing to bound."""
         raise NotImplementedError(f"the {self.name} target has no second cluster")
 
     def retire_cluster(self, cluster: str) -> str:
         """After a switch: let ``cluster``'s requests in flight finish, then stop it; says what was done."""
         raise NotImplementedError(f"the {self.name} target has no second cluster")
 
-    def remove_cluster(self, cluster: str) -> str:
-        """A rejected candidate's cluster stopped (never the serving one); says what was done."""
+    def remove_cluster(self, cluster: str, *, timeout_s: float | None = None) -> str:
+        """A rejected candidate's cluster stopped (never the serving one); says what was done. ``timeout_s`` as in
+        :meth:`switch_endpoint`, for a removal that waits (EKS)."""
         raise NotImplementedError(f"the {self.name} target has no second cluster")
 
     # -- what a target can do beyond the steps (the defaults: it cannot) ---------------------------

@@ -485,7 +485,8 @@ class EcsBlueGreen:
                                    f"{self.scale_timeout_s:.0f} s. The rollback step removes green; blue serves.")
             time.sleep(self.scale_poll_interval_s)
 
-    def switch_endpoint(self, to: str) -> None:
+    def switch_endpoint(self, to: str, *, timeout_s: float | None = None) -> None:
+        """Cloud Map re-pointed at green's head (``switch_to_green``): no wait, so ``timeout_s`` bounds nothing."""
         self.switch_to_green(self._plan_for(green=to))
 
     def drain_trigger(self, cluster: str) -> Any:
@@ -522,7 +523,8 @@ class EcsBlueGreen:
         self.retire_blue(plan)
         return f"the old service pair {plan.blue_head}, {plan.blue_worker} scaled in and deleted"
 
-    def remove_cluster(self, cluster: str) -> str:
+    def remove_cluster(self, cluster: str, *, timeout_s: float | None = None) -> str:
+        """Green's service pair scaled in and deleted (``remove_green``): no wait, so ``timeout_s`` bounds nothing."""
         plan = self._plan_for(green=cluster)
         self.remove_green(plan)
         return f"the candidate's service pair {plan.green_head}, {plan.green_worker} scaled in and deleted"

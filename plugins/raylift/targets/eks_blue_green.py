@@ -526,7 +526,7 @@ class EksBlueGreen:
                  "(%d worker(s), as recorded; %d asked)", self.namespace, self.rayservice_name, serving,
                  self.recorded_workers(), workers)
 
-    def switch_endpoint(self, to: str) -> None:
+    def switch_endpoint(self, to: str, *, timeout_s: float | None = None) -> None:
         """``promote_candidate``, then wait for KubeRay's switch (``promotion_trigger``). A retried step whose
         earlier try promoted already just waits. ClusterError when the switch does not happen in time (the
         rollback step removes the candidate while it is still pending)."""
@@ -540,19 +540,22 @@ class EksBlueGreen:
             candidate = view.active  # an earlier try promoted it, and KubeRay switched
         else:
             candidate = self.promote_candidate()
-        event = self.promotion_trigger(candidate, timeout_s=self._switch_timeout_s()).wait()
+        event = self.promotion_trigger(candidate, timeout_s=self._switch_timeout_s(timeout_s)).wait()
         if event.get("status") != "success":
             raise ClusterError(f"KubeRay did not switch RayService {self.namespace}/{self.rayservice_name} to "
                                f"{candidate}: {event.get('message')}. Users stay where the status says "
                                f"({event.get('view', 'unknown')}).")
 
-    def _switch_timeout_s(self) -> float:
-        """How long the switch may take: a deploy's wait, plus an incremental upgrade's traffic steps."""
+    def _switch_timeout_s(self, deploy_timeout_s: float | None) -> float:
+        """How long the switch may take: the run's deploy wait (``deploy_timeout_s``: growing the candidate may need
+        new nodes pulling the image; the default where the release recorded none), plus an incremental upgrade's
+        traffic steps."""
         from raylift.config import DEPLOY_TIMEOUT_S
 
         options = self._configured_strategy().get("clusterUpgradeOptions") or {}
         steps = math.ceil(100 / max(int(options.get("stepSizePercent") or 100), 1)) if options else 0
-        return float(DEPLOY_TIMEOUT_S) + steps * float(options.get("intervalSeconds") or 0)
+        base = DEPLOY_TIMEOUT_S if deploy_timeout_s is None else deploy_timeout_s
+        return float(base) + steps * float(options.get("intervalSeconds") or 0)
 
     def retire_cluster(self, cluster: str) -> str:
         """After the switch: KubeRay deletes ``cluster`` itself (``rayClusterDeletionDelaySeconds`` after it);
@@ -566,7 +569,7 @@ class EksBlueGreen:
         self._remove_arm_routes()
         return f"KubeRay deletes the old cluster {cluster}; {self._restore_retried()}"
 
-    def remove_cluster(self, cluster: str) -> str:
+    def remove_cluster(self, cluster: str, *, timeout_s: float | None = None) -> str:
         """A rejected candidate: ``remove_candidate`` (KubeRay's rollback; the active cluster untouched), its wait
         (``removal_trigger``), then the node group restored (retried). Where this release applied no hold (it
         failed before), only the node group is restored."""
@@ -578,7 +581,7 @@ class EksBlueGreen:
             return f"no candidate cluster was started; {self._restore_retried()}"
         candidate = self.remove_candidate()
         if candidate:
-            event = self.removal_trigger(candidate, timeout_s=self._switch_timeout_s()).wait()
+            event = self.removal_trigger(candidate, timeout_s=self._switch_timeout_s(timeout_s)).wait()
             if event.get("status") != "success":
                 raise ClusterError(f"KubeRay did not remove pending cluster {candidate} of RayService "
                                    f"{self.namespace}/{self.rayservice_name}: {event.get('message')}. The active "

@@ -222,8 +222,8 @@ class LocalTarget(DashboardServeControl, Target):
         candidate.scale(workers)
         candidate.wait_dashboard()
 
-    def switch_endpoint(self, to: str) -> None:
-        """The record first (``<home>/blue_green.json`` names ``to``), then the front: a worker lost in between leaves
+    def switch_endpoint(self, to: str, *, timeout_s: float | None = None) -> None:
+        """No wait (``timeout_s`` has nothing to bound): the record first (``<home>/blue_green.json`` names ``to``), then the front: a worker lost in between leaves
         a record that names the cluster the front may serve, never one it has left (``remove_cluster``)."""
         front = self.front()
         if front is None:
@@ -245,7 +245,7 @@ class LocalTarget(DashboardServeControl, Target):
         return (f"the {cluster} cluster stopped after its requests in flight finished"
                 + (f" ({left} still open after {DRAIN_TIMEOUT_S:.0f} s)" if left else ""))
 
-    def remove_cluster(self, cluster: str) -> str:
+    def remove_cluster(self, cluster: str, *, timeout_s: float | None = None) -> str:
         """The rollback of a release whose switch never was recorded done (``raylift.release.blue_green``'s stage
         ``started``). Where the record already names ``cluster`` (a worker lost between the record and the front's
         switch, or after it), the front may serve it: the front is switched back to the other cluster, still
