@@ -31,10 +31,14 @@ def test_missing_nodegroup_is_a_cluster_error(aws: str) -> None:
         EksNodegroupHook(aws_conn_id="aws_default").scale_nodegroup("ray", "cpu", 1)
 
 
-def test_gpus_per_node_from_ec2_instance_types(aws: str) -> None:
+def test_accelerators_per_node_from_ec2_instance_types(aws: str) -> None:
+    """In the unit of the Kubernetes resource a profile's pods ask for, as the device plugins register them."""
     hook = EksNodegroupHook(aws_conn_id="aws_default")
-    assert hook.gpus_per_node("g5.12xlarge") == 4
-    assert hook.gpus_per_node("m5.large") == 0
+    assert hook.accelerators_per_node("g5.12xlarge", "nvidia.com/gpu") == 4
+    assert hook.accelerators_per_node("m5.large", "nvidia.com/gpu") == 0
+    assert hook.accelerators_per_node("inf2.48xlarge", "aws.amazon.com/neuroncore") == 24
+    assert hook.accelerators_per_node("inf2.48xlarge", "aws.amazon.com/neuron") == 12
+    assert hook.accelerators_per_node("g5.12xlarge", "aws.amazon.com/neuroncore") == 0
 
 
 def test_the_system_node_group_is_never_resized(aws: str) -> None:

@@ -19,7 +19,10 @@ from tests.infra.terraform_model import TerraformModule, blocks, unquote
 ROOT = Path(__file__).resolve().parents[2]
 EKS_MODULE = ROOT / "terraform" / "modules" / "eks_ray"
 EKS_EXAMPLE = ROOT / "terraform" / "examples" / "eks"
-GPU, NEURON = "nvidia.com/gpu", "aws.amazon.com/neuron"
+GPU, NEURON, NEURONCORE = "nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore"
+# NeuronCores on one Inferentia2 device (EC2's inf2 page: 2 NeuronCores-v2 each); the Neuron device plugin registers
+# both resources in node allocatable: whole devices (aws.amazon.com/neuron) and cores (aws.amazon.com/neuroncore)
+CORES_PER_INF2_DEVICE = 2
 
 # instance type -> (vCPU, memory GiB, NVIDIA GPUs, Neuron devices), from the EC2 instance type pages
 INSTANCE_TYPES: dict[str, tuple[int, int, int, int]] = {
@@ -61,6 +64,7 @@ def allocatable(instance_type: str) -> dict[str, float]:
         out[GPU] = gpus
     if neuron:
         out[NEURON] = neuron
+        out[NEURONCORE] = neuron * CORES_PER_INF2_DEVICE
     return out
 
 
@@ -88,7 +92,7 @@ class Pool:
         if self.max_nodes is not None:
             return self.max_nodes * fits_one_node
         cap = INSTANCE_TYPES[node.instance_type]
-        per_node = {"cpu": cap[0], GPU: cap[2], NEURON: cap[3]}
+        per_node = {"cpu": cap[0], GPU: cap[2], NEURON: cap[3], NEURONCORE: cap[3] * CORES_PER_INF2_DEVICE}
         nodes = min((int(limit // per_node[k]) for k, limit in self.limits.items() if per_node.get(k)), default=10**6)
         return nodes * fits_one_node
 

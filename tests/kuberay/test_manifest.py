@@ -10,7 +10,7 @@ import yaml
 
 from raylift.errors import ManifestValidationError, RayliftValueError
 from raylift.kuberay import manifest as m
-from raylift.kuberay.profiles import GPU_RESOURCE, NEURON_RESOURCE, PROFILES
+from raylift.kuberay.profiles import GPU_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, PROFILES
 from tests.fixtures.kuberay_crd import CrdNotFoundError, crds_dir, validate
 from tests.kuberay.serve_configs import serve_config
 
@@ -77,9 +77,12 @@ def test_graviton_profile_runs_workers_on_its_node_group_and_the_head_on_karpent
     assert PROFILES["graviton"].engine == "llama.cpp"
 
 
-def test_inf2_profile_uses_neuron_devices_tp8_and_the_neuron_scheduler() -> None:
+def test_inf2_profile_asks_for_neuroncores_tp8_and_the_neuron_scheduler() -> None:
+    """NeuronCores, not whole devices: KubeRay v1.7 maps only a container's aws.amazon.com/neuroncore to Ray's
+    neuron_cores (common/pod.go), what the Serve config's TP=8 replica asks Ray for (issue 55 item 9)."""
     pod = render("inf2")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
-    assert pod["containers"][0]["resources"]["limits"][NEURON_RESOURCE] == "4"  # 4 devices = 8 cores
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits[NEURONCORE_RESOURCE] == "8" and NEURON_RESOURCE not in limits  # 8 cores = 4 devices
     assert pod["schedulerName"] == "my-scheduler"
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "inf2.48xlarge", "raylift.io/nodegroup": "inferentia"}
     assert PROFILES["inf2"].tensor_parallel_size == 8
@@ -197,9 +200,9 @@ def test_capacity_needed_doubles_for_blue_green(strategy: str, gpus: float, cpus
     assert need["cpu"] == cpus
 
 
-def test_capacity_needed_for_inf2_counts_neuron_devices_and_memory_in_gib() -> None:
+def test_capacity_needed_for_inf2_counts_neuroncores_and_memory_in_gib() -> None:
     need = m.capacity_needed("inf2", 3, "NewCluster")
-    assert need[NEURON_RESOURCE] == 2 * 3 * 4
+    assert need[NEURONCORE_RESOURCE] == 2 * 3 * 8 and NEURON_RESOURCE not in need
     assert need["memory"] == 2 * (8 + 3 * 240)
     assert GPU_RESOURCE not in need
 

@@ -72,10 +72,13 @@ def test_scale_sizes_the_node_group_for_the_profile(infra: None) -> None:
     assert t.recorded_workers() == 3
 
 
-def test_neuron_capacity_is_reported_in_rays_neuron_cores(infra: None) -> None:
-    """Node groups count Neuron devices; Ray, Serve configs and the fit check count NeuronCores (2 each)."""
+@pytest.mark.parametrize("per_node", [24, None])
+def test_neuron_capacity_is_reported_in_rays_neuron_cores(infra: None, per_node: int | None) -> None:
+    """The inf2 pods ask for NeuronCores (aws.amazon.com/neuroncore, which KubeRay maps to Ray's neuron_cores); a node
+    holds 24 of them, from the option or from EC2's data (12 Inferentia2 devices x 2 cores)."""
     eks_nodegroups("ray", {"inferentia": {"instanceTypes": ["inf2.48xlarge"], "min": 0, "max": 2, "desired": 0}})
-    t = target(worker_nodegroup="inferentia", profile="inf2", accelerators_per_node=12)
+    extra = {} if per_node is None else {"accelerators_per_node": per_node}
+    t = target(worker_nodegroup="inferentia", profile="inf2", **extra)
     want = t.scale(workers=3)  # three TP=8 pods (4 devices each) fill one inf2.48xlarge
     assert scaling_of("inferentia")["desiredSize"] == 1
     assert (want.nodes, want.resources) == (1, {"neuron_cores": 24.0})

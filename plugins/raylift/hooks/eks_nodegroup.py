@@ -97,10 +97,16 @@ class EksNodegroupHook(EksHook):
             )
         return groups[0]
 
-    def gpus_per_node(self, instance_type: str) -> int:
-        """GPUs (or Neuron devices) on one ``instance_type``, from EC2 DescribeInstanceTypes."""
+    def accelerators_per_node(self, instance_type: str, resource: str | None) -> int:
+        """How many of the Kubernetes accelerator ``resource`` one ``instance_type`` has, from EC2
+        DescribeInstanceTypes: GPUs for ``nvidia.com/gpu``, Neuron devices for ``aws.amazon.com/neuron``, their
+        NeuronCores (devices x ``CoreInfo.Count``) for ``aws.amazon.com/neuroncore``, as the Neuron device plugin
+        registers them in node allocatable."""
         ec2 = AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name, client_type="ec2").conn
         info: dict[str, Any] = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"][0]
-        gpus = sum(int(g.get("Count", 0)) for g in (info.get("GpuInfo") or {}).get("Gpus", []))
-        neuron = sum(int(d.get("Count", 0)) for d in (info.get("NeuronInfo") or {}).get("NeuronDevices", []))
-        return gpus or neuron
+        devices = (info.get("NeuronInfo") or {}).get("NeuronDevices", [])
+        if resource == "aws.amazon.com/neuroncore":
+            return sum(int(d.get("Count", 0)) * int((d.get("CoreInfo") or {}).get("Count", 0)) for d in devices)
+        if resource == "aws.amazon.com/neuron":
+            return sum(int(d.get("Count", 0)) for d in devices)
+        return sum(int(g.get("Count", 0)) for g in (info.get("GpuInfo") or {}).get("Gpus", []))

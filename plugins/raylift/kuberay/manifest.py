@@ -209,7 +209,7 @@ def capacity_needed(profile: str, workers: int, upgrade_strategy: str = "NewClus
     ``NewCluster`` (blue/green) runs the old and the new cluster side by side: twice head + workers.
     ``NewClusterWithIncrementalUpgrade`` adds a head plus ``maxSurgePercent`` of the workers at a time.
     ``None`` (in-place Serve config update) needs only the running cluster. Keys are Kubernetes resource
-    names (``cpu``, ``memory`` in GiB, ``nvidia.com/gpu``, ``aws.amazon.com/neuron``), as in node allocatable.
+    names (``cpu``, ``memory`` in GiB, ``nvidia.com/gpu``, ``aws.amazon.com/neuroncore``), as in node allocatable.
     """
     node_profile = get_profile(profile)
     if upgrade_strategy not in UPGRADE_STRATEGIES:

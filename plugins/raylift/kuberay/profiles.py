@@ -15,9 +15,13 @@ Karpenter NodePool, so Karpenter and raylift never both add nodes for the same p
 - ``graviton``: llama.cpp on Graviton (seed 001): one c7g/c8g.8xlarge of the managed group ``graviton``
   (label ``model-inferencing: cpu-arm``) per worker pod, CPU only; the head on an arm64 node of Karpenter's
   ``ray-head`` pool. Never the ``system`` node group Karpenter itself runs on.
-- ``inf2``: vLLM on Inferentia2 (seed 004): TP=8 = 4 Neuron devices (2 cores each) per pod, three
-  pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``); the Neuron compile
-  cache on the node's disk (``NEURON_COMPILE_CACHE``), shared by the node's pods and kept across restarts.
+- ``inf2``: vLLM on Inferentia2 (seed 004): TP=8 = 8 NeuronCores (``aws.amazon.com/neuroncore: 8``, 4 devices of
+  2 cores) per pod, three pods per inf2.48xlarge, placed by the Neuron scheduler extension (``my-scheduler``);
+  the Neuron compile cache on the node's disk (``NEURON_COMPILE_CACHE``), shared by the node's pods and kept
+  across restarts. Cores, not whole devices (``aws.amazon.com/neuron``): KubeRay v1.7 turns only a container's
+  ``aws.amazon.com/neuroncore`` into Ray's ``neuron_cores`` (``ray-operator/controllers/ray/common/pod.go``,
+  ``customAcceleratorToRayResourceMap``), which is what the Serve config's replicas ask Ray for; the Neuron device
+  plugin registers both (AWS Neuron docs, "Neuron device plugin": neuroncore allocates cores, neuron whole devices).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any
 from raylift.errors import RayliftValueError
 
 GPU_RESOURCE = "nvidia.com/gpu"
-NEURON_RESOURCE = "aws.amazon.com/neuron"
+NEURON_RESOURCE = "aws.amazon.com/neuron"  # whole devices; also the Neuron node group's taint key (terraform)
+NEURONCORE_RESOURCE = "aws.amazon.com/neuroncore"  # NeuronCores: what KubeRay maps to Ray's neuron_cores
 
 
 class UnknownProfileError(RayliftValueError):
@@ -202,7 +207,7 @@ PROFILES: dict[str, NodeProfile] = {
     "inf2": NodeProfile(
         name="inf2",
         engine="vllm-neuron",
-        description="vLLM on Inferentia2 (inf2.48xlarge), TP=8 over 4 Neuron devices per pod (seed 004)",
+        description="vLLM on Inferentia2 (inf2.48xlarge), TP=8 over 8 NeuronCores (4 devices) per pod (seed 004)",
         head=PodProfile(
             resources={"cpu": "2", "memory": "8Gi"},
             node_selector=_AMD64_HEAD_SELECTOR,
@@ -214,15 +219,15 @@ PROFILES: dict[str, NodeProfile] = {
                 min_replicas=0,
                 max_replicas=3,  # three TP=8 pods fill one inf2.48xlarge (12 devices, 24 cores)
                 pod=PodProfile(
-                    resources={"cpu": "60", "memory": "240Gi", NEURON_RESOURCE: "4"},
+                    resources={"cpu": "60", "memory": "240Gi", NEURONCORE_RESOURCE: "8"},
                     node_selector={"node.kubernetes.io/instance-type": "inf2.48xlarge"},
                     tolerations=({"key": NEURON_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},),
-                    scheduler_name="my-scheduler",  # Neuron scheduler extension: contiguous devices
+                    scheduler_name="my-scheduler",  # Neuron scheduler extension: contiguous cores
                     node_caches=(NEURON_COMPILE_CACHE,),
                 ),
             ),
         ),
-        accelerator=NEURON_RESOURCE,
+        accelerator=NEURONCORE_RESOURCE,
         tensor_parallel_size=8,
         env={"NEURON_RT_NUM_CORES": "8", "NEURON_COMPILE_CACHE_URL": NEURON_COMPILE_CACHE.mount_path},
         nodegroup="inferentia",

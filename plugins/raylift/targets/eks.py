@@ -34,12 +34,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Kubernetes (and EC2) count accelerators by device; Ray schedules Neuron by core (``neuron_cores``, what
-# the Serve configs ask for). Inferentia2 and Trainium devices have 2 NeuronCores each.
-NEURON_CORES_PER_DEVICE = 2
+# A profile's Kubernetes accelerator resource in Ray's name and unit, as KubeRay v1.7 maps a container's limits
+# into ``ray start`` (``common/pod.go``: nvidia.com/gpu -> num-gpus; customAcceleratorToRayResourceMap:
+# aws.amazon.com/neuroncore -> neuron_cores, one for one). The Serve configs ask Ray for ``neuron_cores``.
 RAY_RESOURCES: dict[str, tuple[str, int]] = {
     "nvidia.com/gpu": ("GPU", 1),
-    "aws.amazon.com/neuron": ("neuron_cores", NEURON_CORES_PER_DEVICE),
+    "aws.amazon.com/neuroncore": ("neuron_cores", 1),
 }
 
 
@@ -75,7 +75,9 @@ class EksOptions(AwsOptions):
     profile: str = "gpu-vllm"
     upgrade_strategy: str = "NewCluster"
     gateway_class: Name | None = None  # NewClusterWithIncrementalUpgrade: the GatewayClass KubeRay's Gateway uses
-    accelerators_per_node: Annotated[int, Field(ge=1)] | None = None
+    accelerators_per_node: Annotated[int, Field(
+        ge=1, description="the profile's accelerator on one worker node, in its Kubernetes unit (GPUs; NeuronCores "
+        "for inf2: 24 on an inf2.48xlarge); unset: EC2's data for the node group's instance type")] | None = None
     image: Name | None = None
     hf_home: Name | None = None
     model_volume_claim: Name | None = None
@@ -197,7 +199,8 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
         return get_profile(self.profile).accelerator
 
     def per_node(self) -> int:
-        """Accelerators on one worker node (option, else EC2's data for the node group's instance type)."""
+        """The profile's accelerator on one worker node, in its Kubernetes unit (GPUs, NeuronCores): the option,
+        else EC2's data for the node group's instance type."""
         return self._per_node
 
     @cached_property
@@ -210,7 +213,7 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
             raise ClusterError(
                 f"Node group {self.worker_nodegroup!r} names no instance type: set 'accelerators_per_node'."
             )
-        return int(eks.gpus_per_node(scaling.instance_types[0]))
+        return int(eks.accelerators_per_node(scaling.instance_types[0], self._accelerator()))
 
     def nodes_for(self, workers: int, strategy: str = "None") -> tuple[int, float]:
         """(worker nodes, accelerators) the profile's ``workers`` pods need at peak for ``strategy``."""
