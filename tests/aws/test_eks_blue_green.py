@@ -358,6 +358,40 @@ def test_the_switch_and_the_removal_wait_as_long_as_the_runs_deploy_timeout(
     assert waits and set(waits) == {5400.0}, waits
 
 
+def test_the_deploy_records_the_cold_start_of_each_ray_pod_the_release_started(
+        operator: tuple[KubeRayModel, list[float]], tmp_path: Path) -> None:
+    """Issue 55 item 9: on EKS most of a new image's wait is Kubernetes' (a node joining, the image pulled, Ray
+    starting), and the replicas' logs are behind a dashboard Airflow does not reach, so the deploy step's cold start
+    (``cold_start.json``) names each Ray pod the release started, by phase, from the pods' own timestamps."""
+    import time
+
+    from raylift.operators.cold_start import ColdStartMixin
+    from raylift.release.state import run_file
+
+    model, _ = operator
+    model.pod_phases = (180.0, 3.0, 95.0, 12.0)  # a node joins, the init container, the image, Ray ready
+    for pod in model.kube.ray_pods[(NS, "llm-00001")]:  # the serving cluster's pods, started an hour ago
+        pod["metadata"]["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
+    state = DeploymentState(LocalStore(tmp_path), "eks", "llm")
+    started_release(model, state)
+
+    class DeployStep(ColdStartMixin):  # the deploy operator's part, on the target the DAG builds
+        app_name, log, target_impl = "llm", logging.getLogger("test"), target(image=NEW_IMAGE)
+
+        def state_for(self, app_name: str) -> DeploymentState:
+            return state
+
+    cold = DeployStep().collect_cold_start("llm", time.time(), RUN, {"serve_write_s": 0.3, "serve_to_running_s": 4.0},
+                                           note="blue/green: the candidate's replicas run on the pending cluster")
+    started = sorted(p["metadata"]["name"] for p in model.kube.ray_pods[(NS, "llm-00002")])
+    assert [p["pod"] for p in cold["pods"]] == started == ["llm-00002-gpu-0", "llm-00002-gpu-1", "llm-00002-head"]
+    assert {p["cluster"] for p in cold["pods"]} == {"llm-00002"}  # none of the serving cluster's
+    for pod in cold["pods"]:
+        assert pod["phases_s"] == {"node_s": 180.0, "init_s": 3.0, "image_and_start_s": 95.0, "ray_ready_s": 12.0}
+        assert pod["total_s"] == 290.0
+    assert state.store.read_json(run_file(RUN, "cold_start"))["pods"] == cold["pods"]
+
+
 def test_a_rejected_blue_green_release_removes_the_pending_cluster_and_leaves_the_serving_one(
         operator: tuple[KubeRayModel, list[float]], tmp_path: Path) -> None:
     model, _ = operator

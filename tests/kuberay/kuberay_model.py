@@ -55,6 +55,9 @@ class KubeRayModel:
     name: str
     worker_hosts: Callable[[], list[str]]  # the worker node group's instance IPs, as EC2 has them now
     ready_on_create: bool = True
+    # seconds each pod a new cluster gets spends waiting for a node, in init containers, pulling its image and
+    # starting, and until Ray is ready (``tests.fixtures.kube_rayclusters.ray_pod``'s timestamps); None: no stamps
+    pod_phases: tuple[float, float, float, float] | None = None
     clusters: dict[str, Cluster] = field(default_factory=dict)
     serve_service: str | None = None  # the cluster <name>-serve-svc (and the head Service) select
     route: tuple[int, int] | None = None  # the HTTPRoute's (active, pending) weights
@@ -340,13 +343,18 @@ class KubeRayModel:
             "spec": config, "status": {"head": {"serviceName": f"{name}-head-svc"}}}
         used = {p["status"]["hostIP"] for pods in self.kube.ray_pods.values() for p in pods}
         free = [ip for ip in self.worker_hosts() if ip not in used]
+        times = None
+        if self.pod_phases is not None:  # created now; each phase after the one before
+            times = (now := time.time(),) + tuple(now + sum(self.pod_phases[:k + 1]) for k in range(4))
+        image = config["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
         pods = [ray_pod(f"{name}-head", name, pod_ip=f"{HEAD_HOSTS}{len(self.created) + 10}",
-                        host_ip=f"{HEAD_HOSTS}{len(self.created) + 10}")]
+                        host_ip=f"{HEAD_HOSTS}{len(self.created) + 10}", times=times, image=image)]
         for group in config["workerGroupSpecs"]:
             for i in range(int(group["replicas"])):
                 host = free.pop(0) if free else ""
                 pods.append(ray_pod(f"{name}-{group['groupName']}-{i}", name, group=group["groupName"],
-                                    pod_ip=f"10.1.{len(self.created)}.{i + 1}", host_ip=host))
+                                    pod_ip=f"10.1.{len(self.created)}.{i + 1}", host_ip=host, times=times,
+                                    image=group["template"]["spec"]["containers"][0]["image"]))
         self.kube.ray_pods[(self.namespace, name)] = pods
         self.clusters[name] = Cluster(name, goal, self.ready_on_create)
         self.created.append(name)

@@ -52,15 +52,21 @@ def active_cluster(hook: Any, namespace: str, rayservice: str) -> dict[str, Any]
     return cluster
 
 
-def cluster_pods(hook: Any, namespace: str, cluster: str) -> list[RayPod]:
-    """The RayCluster's Ray pods (KubeRay's ``ray.io/cluster`` label), head included."""
+def cluster_pod_items(hook: Any, namespace: str, cluster: str) -> list[dict[str, Any]]:
+    """The RayCluster's Ray pods (KubeRay's ``ray.io/cluster`` label), head included, as the API lists them."""
     try:
         pods = hook.core_v1_client.list_namespaced_pod(
             namespace, label_selector=f"{RAY_CLUSTER_LABEL}={cluster},{NODE_TYPE_LABEL} in (head,worker)")
     except _api_exception() as err:
         raise _refused(f"list the pods of RayCluster {namespace}/{cluster}", err,
                        "Check RBAC on pods (list) for the Airflow role.") from None
-    return ray_pods(hook.api_client.sanitize_for_serialization(pods).get("items") or [])
+    items: list[dict[str, Any]] = hook.api_client.sanitize_for_serialization(pods).get("items") or []
+    return items
+
+
+def cluster_pods(hook: Any, namespace: str, cluster: str) -> list[RayPod]:
+    """The RayCluster's Ray pods (KubeRay's ``ray.io/cluster`` label), head included."""
+    return ray_pods(cluster_pod_items(hook, namespace, cluster))
 
 
 def create_job(hook: Any, manifest: dict[str, Any]) -> bool:

@@ -389,8 +389,9 @@ def cold_start_html(cold: Mapping[str, Any] | None) -> str:
 
     cold = cold or {}
     replicas = list(cold.get("replicas") or [])
+    pods = pods_html(cold.get("pods") or [])
     if not replicas:
-        return ""
+        return pods
     head, body = table_rows(replicas)
     header = "".join(f'<th title="{html.escape(LABELS.get(h, h))}">{html.escape(h)}</th>' for h in head)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in body)
@@ -398,7 +399,27 @@ def cold_start_html(cold: Mapping[str, Any] | None) -> str:
     return (f'<h2>Cold start by phase (seconds)</h2>\n<p>each replica of app {html.escape(str(cold.get("app", "-")))} '
             "this deploy started; a phase is shown only where Ray, Serve, the app or vLLM timed it; outer spans "
             f'contain inner ones</p>\n<table id="cold-start" border="1" cellpadding="4"><tr>{header}</tr>{rows}'
-            f"</table>\n<ul>{legend}</ul>")
+            f"</table>\n<ul>{legend}</ul>{pods}")
+
+
+def pods_html(pods: list[Mapping[str, Any]]) -> str:
+    """The Ray pods an EKS deploy started, by phase (``raylift.kuberay.cold_start``: Kubernetes' own timestamps).
+    Empty without any."""
+    from raylift.kuberay.cold_start import PHASES
+
+    if not pods:
+        return ""
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in ("pod", "node type", "node", *PHASES, "total_s"))
+
+    def cell(value: Any) -> str:
+        return f"<td>{'-' if value is None else html.escape(str(value))}</td>"
+
+    rows = "".join("<tr>" + "".join(cell(v) for v in (p.get("pod"), p.get("node_type"), p.get("node"),
+                                                         *((p.get("phases_s") or {}).get(k) for k in PHASES),
+                                                         p.get("total_s"))) + "</tr>" for p in pods)
+    return ('<h2>Ray pods this deploy started, by phase (seconds)</h2>\n<p>from Kubernetes\' pod conditions: waiting '
+            "for a node, init containers, pulling the image and starting, Ray ready</p>\n"
+            f'<table id="cold-start-pods" border="1" cellpadding="4"><tr>{header}</tr>{rows}</table>')
 
 
 def report_title(result: Mapping[str, Any]) -> str:

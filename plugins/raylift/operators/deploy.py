@@ -244,8 +244,10 @@ class ServeDeployOperator(ColdStartMixin, FreshBaselineMixin, TargetOperator):
             from raylift.release.blue_green import arms
 
             out.update(arms(self.target_impl, self.state_for(name), context["run_id"], config, name))
-            out["cold_start"] = {"app": name, "replicas": [], "note": "blue/green: the candidate's replicas run on "
-                                 f"the {out['candidate_cluster']} cluster (its own Ray dashboard)"}
+            out["cold_start"] = self.collect_cold_start(
+                name, running_at.timestamp(), context["run_id"], steps,
+                note=f"blue/green: the candidate's replicas run on the {out['candidate_cluster']} cluster (its own Ray "
+                     "dashboard)")
             return out
         if plan is not None:  # the baseline arm is measured beside the candidate (operators.baseline)
             out["cold_start"] = self.collect_cold_start(str(plan.canary["name"]), running_at.timestamp(),

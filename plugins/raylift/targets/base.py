@@ -55,6 +55,17 @@ class ServeSchemaChecker(Protocol):
 
 
 @runtime_checkable
+class PodStartReader(Protocol):
+    """An optional capability: a target whose Ray nodes are Kubernetes pods (``eks``) reads the cold start of the
+    pods a deploy started from the Kubernetes API (``raylift.kuberay.cold_start``), where the replicas' own logs
+    are behind a Ray dashboard Airflow does not reach. Targets with a dashboard read their replicas instead."""
+
+    def pod_cold_start(self, since: float) -> list[dict[str, Any]]:
+        """Each Ray pod of the target's clusters created at or after ``since`` (epoch seconds), by phase."""
+        ...
+
+
+@runtime_checkable
 class BucketWriter(Protocol):
     """An optional capability: a target that writes to S3 prefixes its options name (``ecs``, ``eks``: models,
     release state, artifacts and the image build's context under ``bucket``). A Params-only run's must lie under an

@@ -189,6 +189,19 @@ class EksTarget(EksBlueGreen, EksStaging, DrainedScaleIn, AwsTarget):
         )
         return KubeRayHook(config_dict=config)
 
+    def pod_cold_start(self, since: float) -> list[dict[str, Any]]:
+        """``PodStartReader``: the Ray pods of the RayService's clusters (the active one and, during a blue/green
+        release, the pending one) created at or after ``since``, each by phase (``raylift.kuberay.cold_start``)."""
+        from raylift.hooks.kuberay_workers import cluster_pod_items
+        from raylift.kuberay.cold_start import pods_cold_start
+
+        hook = self._kuberay()
+        status = (hook.get_rayservice(self.rayservice_name, self.namespace) or {}).get("status") or {}
+        names = {str((status.get(side) or {}).get("rayClusterName") or "")
+                 for side in ("activeServiceStatus", "pendingServiceStatus")} - {""}
+        items = [pod for name in sorted(names) for pod in cluster_pod_items(hook, self.namespace, name)]
+        return pods_cold_start(items, since)
+
     def _state_key(self, leaf: str) -> str:
         return f"eks/{self.namespace}/{self.rayservice_name}/{leaf}"
 
