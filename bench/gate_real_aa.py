@@ -392,8 +392,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="the results JSON NAME.json (its samples beside it, NAME_samples.json.gz)")
     ap.add_argument("--plan-only", action="store_true",
                     help="write the planned releases (kinds, in order) to --out and stop: no stack is started")
-    ap.add_argument("--summarize", type=Path, default=None,
-                    help="a results JSON this script wrote: its summary computed again from its releases, to --out")
+    ap.add_argument("--summarize", type=Path, nargs="+", default=None,
+                    help="results JSONs this script wrote: the summary computed again from their releases, to --out; "
+                         "several runs (each its own stack, e.g. one a session) are pooled, each release tagged with "
+                         "its run")
     args = ap.parse_args(argv)
     counts = split_releases(args.releases)
     args.same = counts["same"] if args.same is None else args.same
@@ -406,10 +408,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.summarize is not None:  # the figures again from a run's own records (no stack)
-        earlier = json.loads(args.summarize.read_text())
-        write_results(args.out, {**earlier, "summary": summary(earlier["releases"])})
-        print(json.dumps(summary(earlier["releases"]), indent=1))
+    if args.summarize is not None:  # the figures again from the runs' own records (no stack)
+        pooled = pool_runs([(path, json.loads(path.read_text())) for path in args.summarize])
+        write_results(args.out, pooled)
+        print(json.dumps(pooled["summary"], indent=1))
         return 0
     if args.plan_only:
         order = plan_order(args.same, args.slow, args.blue_green)
@@ -495,6 +497,28 @@ def payload(rows: list[dict[str, Any]], args: argparse.Namespace, sent: int, fai
                                                       for k, v in vars(args).items()},
             "seconds": round(time.monotonic() - t0), "summary": summary(rows), **dict(meta), "releases": rows,
             "client": {"sent": sent, "failed": failed}}
+
+
+def pool_runs(runs: list[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One results file from one run (as it was, its summary computed again) or from several: every release of
+    each, tagged with its run (``run``: the file's name) and renumbered in order, the summary over all of them, and
+    each run's own header (date, commit, args, client, load) under ``runs``. Each run had its own stack, so the
+    gate's A/A log (the spread it knows) starts again in each; the releases are pooled as independent trials."""
+    if len(runs) == 1:
+        earlier = runs[0][1]
+        return {**earlier, "summary": summary(list(earlier["releases"]))}
+    rows: list[dict[str, Any]] = []
+    headers = []
+    for path, run in runs:
+        for row in run["releases"]:
+            rows.append({**row, "run": path.name, "run_i": row.get("i"), "i": len(rows)})
+        headers.append({"run": path.name, **{k: run.get(k) for k in ("date", "commit", "args", "seconds",
+                                                                        "load_average", "client", "skipped",
+                                                                        "slower_alone", "client_failures")}})
+    client = {"sent": sum(int((r.get("client") or {}).get("sent") or 0) for _, r in runs),
+              "failed": sum(int((r.get("client") or {}).get("failed") or 0) for _, r in runs)}
+    return {"what": runs[0][1].get("what"), "pooled_from": [path.name for path, _ in runs],
+            "summary": summary(rows), "runs": headers, "releases": rows, "client": client}
 
 
 def write_results(out: Path, content: Mapping[str, Any]) -> None:

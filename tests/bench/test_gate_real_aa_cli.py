@@ -81,3 +81,30 @@ def test_the_summary_gives_exact_intervals_and_names_the_undecided(tmp_path: Pat
     paired = summary["paired"]
     assert paired["interleaved"]["same_speed"]["rejected"] == 0
     assert paired["concurrent"]["same_speed"]["rejected"] == 1
+
+
+def test_runs_of_several_sessions_are_pooled_each_release_tagged_with_its_run(tmp_path: Path) -> None:
+    """Issue 56 asks for 50 releases (about 2.5 h of this machine): they are gathered over sessions, one stack each,
+    and pooled here. The summary is over every release; each keeps its run and its number there."""
+    first = tmp_path / "gate_real_aa_s40.json"
+    first.write_text(json.dumps({"date": "d1", "commit": "c1", "client": {"sent": 700, "failed": 0},
+                                 "releases": [_row(0, "copy", "promote", "inconclusive", spread=0.02),
+                                              _row(1, "slower", "roll_back", "regressed")]}))
+    second = tmp_path / "gate_real_aa_s41.json"
+    second.write_text(json.dumps({"date": "d2", "commit": "c2", "client": {"sent": 900, "failed": 1},
+                                  "releases": [_row(0, "seed", "roll_back", "regressed"),
+                                               _row(1, "slower", "promote", "pass"),
+                                               _row(2, "blue_green", "promote", "inconclusive", spread=0.04)]}))
+    out = tmp_path / "pooled.json"
+    done = _run("--summarize", str(first), str(second), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    pooled = json.loads(out.read_text())
+    assert [(r["i"], r["run"], r["run_i"]) for r in pooled["releases"]] == [
+        (0, first.name, 0), (1, first.name, 1), (2, second.name, 0), (3, second.name, 1), (4, second.name, 2)]
+    summary = pooled["summary"]
+    assert (summary["same_speed"]["rejected"], summary["same_speed"]["releases"]) == (1, 2)
+    assert (summary["slower"]["rejected"], summary["slower"]["releases"]) == (1, 2)
+    assert summary["blue_green_aa"]["releases"] == 1
+    assert summary["decided_wrongly"] == {"same_speed_rolled_back": 1, "slower_promoted_as_pass": 1}
+    assert [u["i"] for u in summary["undecided"]] == [0, 4]  # numbered in the pool
+    assert [r["commit"] for r in pooled["runs"]] == ["c1", "c2"] and pooled["client"] == {"sent": 1600, "failed": 1}
