@@ -114,9 +114,14 @@ def first_deploy(env: dict[str, str], home: Path, conf: dict[str, Any]) -> bool:
 
 
 def stop_stack(env: dict[str, str]) -> None:
-    """Stop the local cluster this script's stack started (raylift's own stop: only its process groups)."""
+    """Stop the local clusters this script's stack started (raylift's own stop: only its process groups): both of a
+    blue/green release (gate_real_aa.py's releases change the runtime env, so the other colour's cluster may be
+    the one serving at the end), then raylift's front, if the stack has one."""
     code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
-            "LocalRayCluster(local_settings()).stop(grace_s=5)")
+            "from raylift.local.blue_green import COLOURS, colour_settings; from raylift.targets.local import "
+            "LocalTarget; s = local_settings(); "
+            "[LocalRayCluster(colour_settings(s, c, s.runtime_python)).stop(grace_s=5) for c in COLOURS]; "
+            "f = LocalTarget(settings=s).front(); f and f.stop()")
     subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
 
 

@@ -74,3 +74,34 @@ def test_the_threshold_is_the_tolerance_over_the_two_percent_quantile() -> None:
 def test_a_bad_spread_is_refused_naming_it(bad: object) -> None:
     with pytest.raises(RayliftValueError, match="aa_spread"):
         decide(ev(aa_spread=bad))
+
+
+def test_the_cumulative_limit_rolls_back_only_beyond_what_the_known_noise_gives() -> None:
+    """The real stack's release 16 (bench/results/gate_real_aa_s41.json): a same-speed canary read +13.5 % against
+    a fresh replica of the anchor's config with the A/A spread at 3.3 %; its own judgement inconclusive, it was
+    rolled back by the +9 % cumulative limit on that reading alone. Within 2.05 spreads of the limit is noise's: it
+    is inconclusive, the spread named; beyond them the limit rolls back as before, and with no spread known too."""
+    from raylift.release.decision import FRESH_ANCHOR, noise_margin
+
+    def release(change: float, spread: float | None, chain: tuple[float, ...] = ()) -> object:
+        return decide(ev(judgement=judgement(INCONCLUSIVE, change), aa_spread=spread, on_inconclusive="pass",
+                         baseline_runs=FRESH_ANCHOR if not chain else "fresh-serving", anchor_links=chain,
+                         max_cumulative_regression=0.09))
+
+    sixteen = release(0.135, 0.0325)
+    assert (sixteen.action, sixteen.verdict, sixteen.becomes_anchor) == (PROMOTE, INCONCLUSIVE, False)
+    text = " ".join(sixteen.reasons)
+    assert "above the cumulative limit +9.0%" in text and "noise alone" in text and "3.2%" in text, text
+    assert noise_margin(0.0325, 1) == pytest.approx(NOISE_Z * 0.0325)
+    slower = release(0.30, 0.0325)  # a real slowdown is far beyond it
+    assert (slower.action, slower.verdict) == (ROLL_BACK, "cumulative regression")
+    assert release(0.135, None).action == ROLL_BACK  # no spread known: the limit as it was
+    assert release(0.135, 0.005).action == ROLL_BACK  # a quiet stack: 13.5 % is beyond its noise
+    # a chain compounds noisy readings: three of them carry sqrt(3) spreads
+    chained = release(0.05, 0.0325, chain=(0.04, 0.03))  # 12.5 % since the anchor, margin 11.6 %
+    assert (chained.action, chained.verdict) == (PROMOTE, INCONCLUSIVE) and "sqrt(3)" in " ".join(chained.reasons)
+    assert release(0.10, 0.0325, chain=(0.08, 0.06)).action == ROLL_BACK  # 26 % since the anchor
+    # never a pass that becomes the anchor while it reads over the limit
+    passed = decide(ev(judgement=judgement(PASS, 0.095), aa_spread=0.0325, baseline_runs=FRESH_ANCHOR,
+                       max_cumulative_regression=0.09, on_inconclusive="pass"))
+    assert (passed.verdict, passed.becomes_anchor) == (INCONCLUSIVE, False)

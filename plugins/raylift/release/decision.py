@@ -31,7 +31,12 @@ config differ on this stack (the SD of an A/A headline: :func:`aa_spread`, from 
 last releases' records). Where it is wider than the tolerance can resolve (:func:`noise_refusal`: above
 tolerance / :data:`NOISE_Z`, the spread at which an unchanged release would cross the tolerance more often than the
 2 % the gate is held to), a ``pass`` or ``regressed`` verdict, and a roll back by the cumulative limit, are refused
-as noise could give them: *inconclusive*, the spread named, and ``on_inconclusive`` decides. Missing evidence and
+as noise could give them: *inconclusive*, the spread named, and ``on_inconclusive`` decides. Where the spread is
+known and narrower, the cumulative limit still rolls back only a change beyond what that noise gives
+(:func:`noise_margin`: the change less ``NOISE_Z`` spreads, one per measured headline compounded, above the limit);
+nearer the limit it is *inconclusive*, the spread named. On the real stack a same-speed canary read +13.5 % against
+its fresh baseline with an A/A spread of 3.3 % (a 4-SD reading) and was rolled back by the +9 % limit on that point
+estimate alone, its own judgement inconclusive (``bench/results/gate_real_aa_s41.json``, release 16). Missing evidence and
 broken SLOs still roll back (they are not comparisons).
 
 What the baseline arm ran (:attr:`ReleaseEvidence.baseline_runs`): ``fresh-anchor``, a fresh replica of the
@@ -257,6 +262,15 @@ def noise_refusal(spread: float | None, tolerance: float, source: str = "") -> s
             "most 2 % of the time): noise alone could give a pass or a regression here")
 
 
+def noise_margin(spread: float | None, headlines: int) -> float:
+    """How far above the cumulative limit a change must read before noise alone would give it at most 2 % of the
+    time: ``NOISE_Z`` A/A spreads of the compounded change (``headlines`` noisy readings: sqrt of their count); 0
+    where the spread is not known (the limit applies as before)."""
+    if spread is None or not math.isfinite(spread) or headlines < 1:
+        return 0.0
+    return NOISE_Z * spread * math.sqrt(headlines)
+
+
 def compound(changes: Sequence[float]) -> float:
     """Changes (ratio - 1) one after another: ``prod(1 + x) - 1``."""
     return math.prod(1 + x for x in changes) - 1
@@ -376,8 +390,18 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
                                headline, cumulative, False)
     limit = evidence.max_cumulative_regression
     # a regression refused for the placement is refused whole: the same confounded headline does not roll it back;
-    # nor does a headline whose A/A spread is wider than the tolerance can resolve (noise could give it)
-    if (cumulative is not None and cumulative > limit and not (placed is not None and judged == REGRESSED)
+    # nor does a headline whose A/A spread is wider than the tolerance can resolve (noise could give it), nor one
+    # whose reading is over the limit by less than that noise gives (never a pass either: inconclusive)
+    margin = noise_margin(evidence.aa_spread, 1 + len(chain))
+    if (cumulative is not None and limit < cumulative <= limit + margin and placed is None and noisy is None
+            and verdict in (PASS, INCONCLUSIVE)):
+        placed = (f"{_pct(cumulative)} since the anchor is above the cumulative limit {_pct(limit)}, but by less "
+                  f"than noise alone gives here ({_pct(margin).lstrip('+')}: {NOISE_Z:.2f} x the A/A spread "
+                  f"{_pct(float(evidence.aa_spread or 0)).lstrip('+')}"
+                  f"{f' x sqrt({1 + len(chain)}) readings' if chain else ''}"
+                  f"{', ' + evidence.aa_source if evidence.aa_source else ''})")
+        verdict = INCONCLUSIVE
+    if (cumulative is not None and cumulative > limit + margin and not (placed is not None and judged == REGRESSED)
             and noisy is None):
         return ReleaseDecision(
             ROLL_BACK, CUMULATIVE_REGRESSION,
