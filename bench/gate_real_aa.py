@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     order = plan_order(args.same, args.slow, args.blue_green)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    meta: dict[str, Any] = {"skipped": skipped}
+    meta: dict[str, Any] = {"skipped": skipped, "commit": head_commit()}
     try:
         if not first_deploy(env, home, conf):
             return 1
@@ -491,8 +491,7 @@ def payload(rows: list[dict[str, Any]], args: argparse.Namespace, sent: int, fai
                     "chosen by raylift.release.measured), a live client on the serving app throughout; on "
                     f"{args.paired} of them both designs (interleaved, concurrent) on the same replicas",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True).stdout.strip(),
+            "commit": meta.get("commit") or head_commit(),
             "load_average": os.getloadavg(), "args": {k: (str(v) if isinstance(v, Path) else v)
                                                       for k, v in vars(args).items()},
             "seconds": round(time.monotonic() - t0), "summary": summary(rows), **dict(meta), "releases": rows,
@@ -519,6 +518,13 @@ def pool_runs(runs: list[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
               "failed": sum(int((r.get("client") or {}).get("failed") or 0) for _, r in runs)}
     return {"what": runs[0][1].get("what"), "pooled_from": [path.name for path, _ in runs],
             "summary": summary(rows), "runs": headers, "releases": rows, "client": client}
+
+
+def head_commit() -> str:
+    """The checkout's commit, read when the run starts (``meta["commit"]``): a run takes hours, and what it measured
+    is the code it started with, not the HEAD when a later release's row is written."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def write_results(out: Path, content: Mapping[str, Any]) -> None:
