@@ -38,6 +38,10 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.harness.local_stack import stop_clusters  # noqa: E402
+
 CONTROL_BIN = ROOT / ".cache/venvs/control/bin"
 RUNTIME_PYTHON = ROOT / ".cache/venvs/runtime/bin/python"
 BASE = 28000
@@ -116,13 +120,8 @@ def first_deploy(env: dict[str, str], home: Path, conf: dict[str, Any]) -> bool:
 def stop_stack(env: dict[str, str]) -> None:
     """Stop the local clusters this script's stack started (raylift's own stop: only its process groups): both of a
     blue/green release (gate_real_aa.py's releases change the runtime env, so the other colour's cluster may be
-    the one serving at the end), then raylift's front, if the stack has one."""
-    code = ("from raylift.local.cluster import LocalRayCluster; from raylift.config import local_settings; "
-            "from raylift.local.blue_green import COLOURS, colour_settings; from raylift.targets.local import "
-            "LocalTarget; s = local_settings(); "
-            "[LocalRayCluster(colour_settings(s, c, s.runtime_python)).stop(grace_s=5) for c in COLOURS]; "
-            "f = LocalTarget(settings=s).front(); f and f.stop()")
-    subprocess.run([str(CONTROL_BIN / "python"), "-c", code], env=env, timeout=180, check=False)
+    the one serving at the end), then raylift's front, if the stack has one: the test harness's stop."""
+    stop_clusters(env, timeout_s=180)
 
 
 def make_model(folder: Path, *, seed: int, layers: int = 2) -> Path:

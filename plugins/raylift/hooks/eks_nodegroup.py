@@ -102,11 +102,12 @@ class EksNodegroupHook(EksHook):
         DescribeInstanceTypes: GPUs for ``nvidia.com/gpu``, Neuron devices for ``aws.amazon.com/neuron``, their
         NeuronCores (devices x ``CoreInfo.Count``) for ``aws.amazon.com/neuroncore``, as the Neuron device plugin
         registers them in node allocatable."""
+        from raylift.serve.hardware import InstanceShape
+
         ec2 = AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name, client_type="ec2").conn
         info: dict[str, Any] = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"][0]
-        devices = (info.get("NeuronInfo") or {}).get("NeuronDevices", [])
         if resource == "aws.amazon.com/neuroncore":
-            return sum(int(d.get("Count", 0)) * int((d.get("CoreInfo") or {}).get("Count", 0)) for d in devices)
+            return InstanceShape.from_ec2(info).neuron_cores
         if resource == "aws.amazon.com/neuron":
-            return sum(int(d.get("Count", 0)) for d in devices)
+            return InstanceShape.from_ec2(info).neuron_devices
         return sum(int(g.get("Count", 0)) for g in (info.get("GpuInfo") or {}).get("Gpus", []))

@@ -77,8 +77,7 @@ def pods_cold_start(items: Iterable[Mapping[str, Any]], since: float) -> list[di
 
 def summary_line(pod: Mapping[str, Any]) -> str:
     """One line for a task log: ``pod llm-00002-gpu-0 (worker, 10.0.1.7): total 312.4 s = node_s 201.0 s, ...``."""
-    phases = pod.get("phases_s") or {}
-    parts = ", ".join(f"{k} {'-' if v is None else f'{v:g} s'}" for k, v in phases.items())
-    total = pod.get("total_s")
+    from raylift.serve.cold_start import phases_text, seconds_text
+
     return (f"pod {pod.get('pod')} ({pod.get('node_type') or '?'}, node {pod.get('node') or 'none yet'}): total "
-            f"{'-' if total is None else f'{total:g} s'} ({parts})")
+            f"{seconds_text(pod.get('total_s'))} ({phases_text(pod.get('phases_s') or {})})")

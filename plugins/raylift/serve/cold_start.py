@@ -259,12 +259,20 @@ def new_replicas(app: Mapping[str, Any], since_s: float) -> list[dict[str, Any]]
     return sorted(out, key=lambda r: float(r.get("start_time_s") or 0))
 
 
+def seconds_text(seconds: float | None) -> str:
+    """``41.2 s``, or ``-`` for a phase not reached or not printed."""
+    return "-" if seconds is None else f"{seconds:g} s"
+
+
+def phases_text(phases: Mapping[str, float | None]) -> str:
+    """``placement_and_runtime_env 8.1 s, engine_init 30.2 s`` (a replica's or an EKS pod's phases)."""
+    return ", ".join(f"{name} {seconds_text(seconds)}" for name, seconds in phases.items())
+
+
 def summary_line(replica: Mapping[str, Any]) -> str:
     """One line for a task log or the demo: ``replica abc: total 41.2 s = placement_and_runtime_env 8.1 s, ...``."""
-    phases = replica.get("phases_s") or {}
-    parts = ", ".join(f"{name} {seconds:g} s" for name, seconds in phases.items())
-    total = replica.get("total_s")
-    return (f"replica {replica.get('replica_id')}: total {'-' if total is None else f'{total:g} s'}"
+    parts = phases_text(replica.get("phases_s") or {})
+    return (f"replica {replica.get('replica_id')}: total {seconds_text(replica.get('total_s'))}"
             f"{' (' + parts + ')' if parts else ' (no phase printed: is vLLM logging at INFO?)'}")
 
 
