@@ -105,3 +105,38 @@ def test_the_cumulative_limit_rolls_back_only_beyond_what_the_known_noise_gives(
     passed = decide(ev(judgement=judgement(PASS, 0.095), aa_spread=0.0325, baseline_runs=FRESH_ANCHOR,
                        max_cumulative_regression=0.09, on_inconclusive="pass"))
     assert (passed.verdict, passed.becomes_anchor) == (INCONCLUSIVE, False)
+
+
+def test_while_the_noise_is_being_learned_a_reading_over_the_limit_alone_is_inconclusive() -> None:
+    """The real stack's second release of a fresh stack (bench/results/gate_real_aa_s41b.json, release 1): a
+    same-speed canary read +15.3 % against a fresh replica of the anchor's config, the stack's A/A log holding 2
+    readings (the spread not known: fewer than AA_MIN_SAMPLES), its own judgement inconclusive; it was rolled back
+    by the +9 % limit on that reading alone. While the spread is being learned, such a single reading is
+    inconclusive (on_inconclusive decides), the readings named; a regressed judgement still rolls back, and a chain
+    of promoted readings or a stack that measures no A/A (0 readings: direct releases) keeps the limit as it was."""
+    from raylift.release.decision import FRESH_ANCHOR
+
+    def release(verdict: str, change: float, readings: int, spread: float | None = None) -> object:
+        return decide(ev(judgement=judgement(verdict, change), aa_spread=spread, aa_readings=readings,
+                         aa_source="learned from this app's last 2 A/A measurements", on_inconclusive="pass",
+                         baseline_runs=FRESH_ANCHOR, max_cumulative_regression=0.09))
+
+    second = release(INCONCLUSIVE, 0.153, readings=2)
+    assert (second.action, second.verdict, second.becomes_anchor) == (PROMOTE, INCONCLUSIVE, False)
+    text = " ".join(second.reasons)
+    assert "still being learned (2 of the 3" in text and "above the cumulative limit +9.0%" in text, text
+    assert release(INCONCLUSIVE, 0.153, readings=1).verdict == INCONCLUSIVE
+    assert release(REGRESSED, 0.30, readings=2).action == ROLL_BACK  # the slower model: its judgement decides
+    assert release(INCONCLUSIVE, 0.153, readings=0).action == ROLL_BACK  # no A/A measured here: the limit as it was
+    # once the spread is known the margin rule takes over: at 3.25 % the limit rolls back beyond 9 % + 6.7 %
+    assert release(INCONCLUSIVE, 0.153, readings=3, spread=0.0325).verdict == INCONCLUSIVE
+    assert release(INCONCLUSIVE, 0.30, readings=3, spread=0.0325).action == ROLL_BACK
+    # drift: readings promoted since the anchor (a chain) over the limit roll back as before, learned or not
+    chained = decide(ev(judgement=judgement(INCONCLUSIVE, 0.0), aa_readings=1, on_inconclusive="pass",
+                        anchor_links=(0.15, 0.10), max_cumulative_regression=0.09))
+    assert (chained.action, chained.verdict) == (ROLL_BACK, "cumulative regression")
+    # a pass read over the limit never becomes the anchor while the noise is learned
+    passed = release(PASS, 0.095, readings=1)
+    assert (passed.verdict, passed.becomes_anchor) == (INCONCLUSIVE, False)
+    with pytest.raises(RayliftValueError, match="aa_readings"):
+        decide(ev(aa_readings=-1))

@@ -34,7 +34,9 @@ tolerance / :data:`NOISE_Z`, the spread at which an unchanged release would cros
 as noise could give them: *inconclusive*, the spread named, and ``on_inconclusive`` decides. Where the spread is
 known and narrower, the cumulative limit still rolls back only a change beyond what that noise gives
 (:func:`noise_margin`: the change less ``NOISE_Z`` spreads, one per measured headline compounded, above the limit);
-nearer the limit it is *inconclusive*, the spread named. On the real stack a same-speed canary read +13.5 % against
+nearer the limit it is *inconclusive*, the spread named; and while a stack's spread is still being learned (1 or 2
+A/A readings: :func:`learning_noise`), a single reading over the limit that its own judgement did not find
+regressed is *inconclusive* too (a chain of promoted readings keeps the limit). On the real stack a same-speed canary read +13.5 % against
 its fresh baseline with an A/A spread of 3.3 % (a 4-SD reading) and was rolled back by the +9 % limit on that point
 estimate alone, its own judgement inconclusive (``bench/results/gate_real_aa_s41.json``, release 16). Missing evidence and
 broken SLOs still roll back (they are not comparisons).
@@ -141,7 +143,9 @@ class ReleaseEvidence:
     :param placement: that placement in words, for the reasons.
     :param aa_spread: how far two arms of the same config differ on this stack (the SD of a same-config headline,
         a fraction: :func:`aa_spread`); None: not known.
-    :param aa_source: where ``aa_spread`` comes from, in words (an A/A inside this release, the last N records)."""
+    :param aa_source: where ``aa_spread`` comes from, in words (an A/A inside this release, the last N records).
+    :param aa_readings: how many A/A headlines this stack's log holds (this release's included): 1 to
+        :data:`AA_MIN_SAMPLES` - 1 means its noise is being learned (the spread not known yet, but measured)."""
 
     first_deploy: bool
     smoke_passed: bool
@@ -157,6 +161,7 @@ class ReleaseEvidence:
     placement: str = ""
     aa_spread: float | None = None
     aa_source: str = ""
+    aa_readings: int = 0
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,22 @@ def noise_margin(spread: float | None, headlines: int) -> float:
     return NOISE_Z * spread * math.sqrt(headlines)
 
 
+def learning_noise(evidence: ReleaseEvidence) -> str | None:
+    """Why a reading over the cumulative limit cannot be told from noise yet (None: it can, or nothing is learned
+    here): this stack measures its A/A spread, but holds fewer than :data:`AA_MIN_SAMPLES` readings of it. On the
+    real stack a same-speed canary read +15.3 % on a stack's second release, its spread not known yet, and was
+    rolled back by the limit on that reading alone (``bench/results/gate_real_aa_s41b.json``, release 1), while every
+    slower release there was found regressed by its own judgement. Only a single reading is spared (the caller
+    applies this where the change is this release's alone: measured against the anchor's own config, or nothing
+    promoted since the anchor); a chain of promoted readings, and a stack that measures no A/A (direct releases),
+    keep the limit as it was."""
+    if evidence.aa_spread is not None or not 0 < evidence.aa_readings < AA_MIN_SAMPLES:
+        return None
+    return (f"this stack's noise is still being learned ({evidence.aa_readings} of the {AA_MIN_SAMPLES} A/A "
+            "readings it needs"
+            f"{', ' + evidence.aa_source if evidence.aa_source else ''}): noise alone could give that reading")
+
+
 def compound(changes: Sequence[float]) -> float:
     """Changes (ratio - 1) one after another: ``prod(1 + x) - 1``."""
     return math.prod(1 + x for x in changes) - 1
@@ -313,6 +334,10 @@ def _check(evidence: ReleaseEvidence) -> None:
                                 f"{[CANDIDATE_ARM, BASELINE_ARM]} (or None: alike, or not known)")
     if evidence.new_anchor_by is not None and not str(evidence.new_anchor_by).strip():
         raise RayliftValueError("new_anchor_by is empty: a new anchor (regression_baseline 'none') names who asked")
+    readings = evidence.aa_readings
+    if isinstance(readings, bool) or not isinstance(readings, int) or readings < 0:
+        raise RayliftValueError(f"aa_readings {readings!r} must be a whole number of 0 or more (the A/A headlines "
+                                "this stack's log holds)")
     spread = evidence.aa_spread
     if spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float)
                                or not math.isfinite(spread) or spread < 0):
@@ -393,6 +418,11 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     # nor does a headline whose A/A spread is wider than the tolerance can resolve (noise could give it), nor one
     # whose reading is over the limit by less than that noise gives (never a pass either: inconclusive)
     margin = noise_margin(evidence.aa_spread, 1 + len(chain))
+    learning = None if chain else learning_noise(evidence)  # a chain of promoted readings: the limit as it was
+    if (cumulative is not None and cumulative > limit and learning is not None and placed is None and noisy is None
+            and verdict in (PASS, INCONCLUSIVE)):
+        placed = f"{_pct(cumulative)} since the anchor is above the cumulative limit {_pct(limit)}, but {learning}"
+        verdict = INCONCLUSIVE
     if (cumulative is not None and limit < cumulative <= limit + margin and placed is None and noisy is None
             and verdict in (PASS, INCONCLUSIVE)):
         placed = (f"{_pct(cumulative)} since the anchor is above the cumulative limit {_pct(limit)}, but by less "
@@ -402,7 +432,7 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
                   f"{', ' + evidence.aa_source if evidence.aa_source else ''})")
         verdict = INCONCLUSIVE
     if (cumulative is not None and cumulative > limit + margin and not (placed is not None and judged == REGRESSED)
-            and noisy is None):
+            and noisy is None and learning is None):
         return ReleaseDecision(
             ROLL_BACK, CUMULATIVE_REGRESSION,
             (f"{_pct(cumulative)} slower than the anchor (the last release that passed) in all: "

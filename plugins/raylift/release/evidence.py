@@ -141,6 +141,7 @@ def gather(state: DeploymentState, run_id: str, deployed: Mapping[str, Any], set
         # how far two arms of the same config differ on this stack (raylift.release.measured.noise_evidence)
         aa_spread=(result.get("noise") or {}).get("aa_spread") if canary and judged else None,
         aa_source=str((result.get("noise") or {}).get("source") or "") if canary and judged else "",
+        aa_readings=len((result.get("noise") or {}).get("headlines") or ()) if canary and judged else 0,
     )
     return Gathered(evidence, result, baseline if canary else None, violations, unchanged)
 
@@ -226,7 +227,7 @@ def evidence_dict(evidence: ReleaseEvidence) -> dict[str, Any]:
             "max_cumulative_regression": evidence.max_cumulative_regression, "judgement": evidence.judgement,
             "new_anchor_by": evidence.new_anchor_by, "baseline_runs": evidence.baseline_runs,
             "placement_favours": evidence.placement_favours, "placement": evidence.placement,
-            "aa_spread": evidence.aa_spread, "aa_source": evidence.aa_source}
+            "aa_spread": evidence.aa_spread, "aa_source": evidence.aa_source, "aa_readings": evidence.aa_readings}
 
 
 def evidence_from_record(record: Mapping[str, Any], *, approval: str | None = None) -> ReleaseEvidence:
@@ -241,4 +242,5 @@ def evidence_from_record(record: Mapping[str, Any], *, approval: str | None = No
         on_inconclusive=str(seen.get("on_inconclusive") or "hold"), approval=approval,
         new_anchor_by=seen.get("new_anchor_by"), baseline_runs=str(seen.get("baseline_runs") or "serving"),
         placement_favours=seen.get("placement_favours"), placement=str(seen.get("placement") or ""),
-        aa_spread=seen.get("aa_spread"), aa_source=str(seen.get("aa_source") or ""))
+        aa_spread=seen.get("aa_spread"), aa_source=str(seen.get("aa_source") or ""),
+        aa_readings=int(seen.get("aa_readings") or 0))
