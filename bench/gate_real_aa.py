@@ -467,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                     serving_runtime = (run_conf.get("target_options") or {}).get("runtime_python")
                 if kind != BLUE_GREEN and paired_left > 0:
                     paired_left -= 1
+                    target = LocalTarget()  # bound to the serving colour's cluster: a blue/green promote moves it
                     paired = paired_release(target, kind, path, client, seed=args.seed + i,
                                             requests_per_level=DEFAULT_REQUESTS_PER_LEVEL)
                     samples_out.write(json.dumps({"i": i, "kind": kind, **paired.pop("samples")}) + "\n")

@@ -72,11 +72,19 @@ def _airflow_test_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
         monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path_factory.getbasetemp() / "airflow"))
 
 
+# Modules run at the end of their lane: the wheel on the oldest Airflow needs tests/install's airflow-3.1.8 venv and
+# wheel, which lane 2 builds (under a file lock, tests/install/envs.py) before the engine lane reaches its end; run
+# early, the engine lane built them itself, on its critical path.
+RUN_LAST = ("tests/integration/test_installed_wheel.py",)
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A run with every moto-backed test records their AWS calls itself, for the IAM test (run last)."""
+    """:data:`RUN_LAST` to the end; a run with every moto-backed test records their AWS calls itself, for the IAM
+    test (run last)."""
     from tests.infra import aws_calls
 
+    items.sort(key=lambda item: item.nodeid.startswith(RUN_LAST))  # stable: the rest keep their order
     aws_calls.plan_in_session(config, items)
 
 

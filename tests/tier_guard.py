@@ -76,7 +76,11 @@ COMPONENT: dict[str, tuple[str, tuple[str, ...]]] = {
         "test_stream_without_done_is_a_truncated_error_record",
         "test_refused_connection_is_an_error_record",
     )),
-    "tests/bench/test_regression_gate.py": ("the stub server (tests/harness/stub_server.py) in a child process", ALL),
+    "tests/bench/test_regression_gate.py": ("the stub server (tests/harness/stub_server.py) in a child process", (
+        "test_a_level_cut_off_by_the_time_limit_fails_the_gate",
+        "test_too_few_requests_per_level_fail_the_gate_naming_how_many_would_decide",
+        "test_a_request_cut_off_counts_as_an_error",
+    )),
     "tests/bench/test_run_cost.py": ("an HTTP server on 127.0.0.1", (
         "test_the_report_shows_the_cost_and_sets_other_runs_beside_it",
     )),

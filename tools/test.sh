@@ -49,9 +49,11 @@ fi
 # which bench/suite_timing.py reads; lane timings: bench/README.md).
 # Lane 1, in the background: the tests that start vLLM engines, one after another (engines must not start together).
 HEAVY=(tests/integration tests/entrypoints)
-# Lane 2, in the background: the multi-worker Airflow and the integration modules that start no vLLM engine.
+# Lane 2, in the background: the multi-worker Airflow, and the integration and entry-point modules that start no vLLM
+# engine (the entry-point ones on Airflows of their own: the AWS quick starts on 28xxx, the UI's on 284xx).
 MULTI_INTEGRATION=(tests/integration/test_ray_token_auth.py tests/integration/test_translator_and_llamacpp.py
-                   tests/integration/test_aws_shaped_cluster.py)
+                   tests/integration/test_aws_shaped_cluster.py tests/entrypoints/test_aws_quickstarts.py
+                   tests/entrypoints/test_ui_trigger.py)
 # tests/install (the wheel into fresh Airflow venvs: pip and CPU, no engine) joins lane 2 where it exists.
 INSTALL=()
 [ -d tests/install ] && INSTALL=(tests/install)
@@ -59,7 +61,7 @@ MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}" "${INSTALL[@]}")
 "${PYTEST[@]}" "${HEAVY[@]}" "${MULTI_INTEGRATION[@]/#/--ignore=}" --basetemp=var/test-tmp/heavy \
   --junitxml=var/test-tmp/heavy.xml >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
-"${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi --junitxml=var/test-tmp/multi.xml \
+RAYLIFT_ENTRYPOINTS_PORT_BASE=28400 "${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi --junitxml=var/test-tmp/multi.xml \
   >var/test-tmp/multi.log 2>&1 &
 multi_pid=$!
 # Lane 3, in the foreground: the static checks, then every other test; then each background lane's log follows.

@@ -1,13 +1,13 @@
-"""The regression judgement's error rates, measured against the stub server with a known per-request
-delay distribution, at the default Params (confidence, tolerance, requests per level).
+"""The regression judgement's error rates at the default Params (confidence, tolerance, requests per level), judged
+on recorded rounds of the stub server with a known per-request delay distribution.
 
-Four stubs: three unchanged (TTFT 80 ms, ITL 12 ms, each request's TTFT and ITL times its own lognormal
-factor, sigma 0.3) and a candidate 30 % slower (every delay x 1.3). Each round benchmarks the four at
-once, like a canary analysis runs baseline and canary side by side, so a busy moment of this shared
-machine falls on both samples of a comparison alike. A round gives three comparisons of two unchanged runs
-(false regressions: each pair of the three) and three of an unchanged against the slow one (detections):
-48 rounds, 144 of each, from 192 benchmarks (80 rounds took 173 s and 130 CPU-s alone, 230 s beside the suite's
-other lanes, whose cores it shares).
+The rounds (``tests/harness/regression_rounds.py``: three unchanged stubs and one 30 % slower, benchmarked at once,
+48 rounds: 144 comparisons of two unchanged runs and 144 of an unchanged against the slow one, from 192 benchmarks)
+are measured by ``bench/regression_gate_rounds.py`` into ``bench/results/regression_gate_rounds.json.gz``, beside
+processes spinning on the CPU as the suite's other lanes did: a measurement, kept where measurements live, not a timed
+test (run live, it took 114 s of the suite beside its other lanes). The test judges them with the current judgement,
+so a change of the judgement is judged on the same samples; a change of the defaults or of the stub's setup makes the
+recording stale, and the test says to record again.
 
 The rates are estimates from a sample: the check fails when the sample shows, at 95 % confidence (an exact binomial
 test), a false-regression rate above the 5 % limit or a detection rate below 90 %. A point estimate against the limit
@@ -21,10 +21,7 @@ too few requests per level, and a request cut off beside finished ones (no pass 
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import os
-import time
 from contextlib import ExitStack
 from typing import Any
 
@@ -37,31 +34,12 @@ from raylift.config import (
     REGRESSION_MIN_REQUESTS,
 )
 from raylift.measure.judgement import judge
-from raylift.measure.runner import arun_benchmark, run_benchmark
+from raylift.measure.runner import run_benchmark
 from raylift.release.gates import assess
-from tests.bench.priority import raised_priority
+from tests.harness.regression_rounds import ROUNDS, read_recording, setup, stub
 from tests.harness.stub_server import running_stub
 
-ROUNDS = 48
-# delays long against a busy machine's stalls: "regressed" needs the whole interval beyond +10 %, which two
-# unchanged stubs reach only when the machine makes one of them late; at 20 ms / 3 ms a CI run beside the
-# heavy lane (load 9.8) saw 5.5 % of unchanged pairs judged regressed, every one on TTFT or TPOT, and at 40 ms /
-# 6 ms a suite run on a slower CPU (AMD EPYC, AVX2 only; load 5.7) saw 6.7 %
-TTFT_MS, ITL_MS, JITTER, SLOWDOWN = 80.0, 12.0, 0.3, 1.3
-CONCURRENCY = 32  # two waves of the default 64 requests: a round takes ~1 s
 MAX_FALSE_REGRESSIONS, MIN_DETECTION = 0.05, 0.90
-
-
-def _stub(stack: ExitStack, factor: float, seed: int) -> str:
-    return stack.enter_context(running_stub(
-        "--ttft-ms", str(TTFT_MS * factor), "--itl-ms", str(ITL_MS * factor), "--jitter", str(JITTER),
-        "--seed", str(seed)))
-
-
-async def _round(urls: list[str]) -> list[dict[str, Any]]:
-    return list(await asyncio.gather(*(
-        arun_benchmark(url, "stub", concurrency=[CONCURRENCY], requests_per_level=DEFAULT_REQUESTS_PER_LEVEL)
-        for url in urls)))
 
 
 def _judge(new: dict[str, Any], base: dict[str, Any]) -> Any:
@@ -70,13 +48,12 @@ def _judge(new: dict[str, Any], base: dict[str, Any]) -> Any:
 
 
 def test_false_regression_rate_and_detection_power_at_the_defaults() -> None:
-    t0 = time.monotonic()
-    # the client ahead of ordinary processes while it measures, as the stubs run: beside the suite's other lanes (load
-    # 17.6) 11.1 % of unchanged pairs were judged regressed without it, 13 of 16 on TTFT
-    with ExitStack() as stack, raised_priority():
-        urls = [_stub(stack, 1.0, 1), _stub(stack, 1.0, 2), _stub(stack, 1.0, 3), _stub(stack, SLOWDOWN, 4)]
-        rounds = [asyncio.run(_round(urls)) for _ in range(ROUNDS)]
-    bench_s = time.monotonic() - t0
+    recording = read_recording()
+    assert recording["setup"] == setup(), (
+        f"bench/results/regression_gate_rounds.json.gz was measured with {recording['setup']}, the defaults and the "
+        f"stub's setup are now {setup()}: record it again with bench/regression_gate_rounds.py")
+    rounds = recording["rounds"]
+    assert len(rounds) == ROUNDS and all(len(r) == 4 for r in rounds), "a recording of 48 rounds of the four stubs"
     unchanged = [_judge(new, base) for a, b, c, _ in rounds for base, new in ((a, b), (a, c), (b, c))]
     slowed = [_judge(s, base) for *bases, s in rounds for base in bases]
     false_n = sum(j.verdict == "regressed" for j in unchanged)
@@ -91,7 +68,7 @@ def test_false_regression_rate_and_detection_power_at_the_defaults() -> None:
                f"regressed {false_rate:.1%} (metrics: {dict(which)}), inconclusive "
                f"{sum(j.verdict == 'inconclusive' for j in unchanged) / len(unchanged):.1%}; 30 % slowdown caught "
                f"{caught:.1%}, inconclusive {sum(j.verdict == 'inconclusive' for j in slowed) / len(slowed):.1%} "
-               f"(benchmarks {bench_s:.0f} s, all {time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}); "
+               f"(recorded {recording['at']} at {recording['commit']}, load {recording['load_average']:.1f}); "
                f"exact binomial tests' p: false rate above {MAX_FALSE_REGRESSIONS:.0%} {over:.3f}, detection below "
                f"{MIN_DETECTION:.0%} {under:.3f}")
     print(summary)
@@ -104,7 +81,7 @@ def test_false_regression_rate_and_detection_power_at_the_defaults() -> None:
 # -- no pass by absence, on real benchmarks of the stub ------------------------------------------------
 def test_a_level_cut_off_by_the_time_limit_fails_the_gate() -> None:
     with ExitStack() as stack:
-        base = run_benchmark(_stub(stack, 1.0, 1), "stub", concurrency=[2], requests_per_level=16)
+        base = run_benchmark(stub(stack, 1.0, 1), "stub", concurrency=[2], requests_per_level=16)
         # every request waits 30 s for its first token; the level stops after 0.5 s
         slow = stack.enter_context(running_stub("--ttft-ms", "30000"))
         new = run_benchmark(slow, "stub", concurrency=[2], requests_per_level=4, max_seconds_per_level=0.5)
@@ -121,7 +98,7 @@ def test_a_level_cut_off_by_the_time_limit_fails_the_gate() -> None:
 
 def test_too_few_requests_per_level_fail_the_gate_naming_how_many_would_decide() -> None:
     with ExitStack() as stack:
-        url = _stub(stack, 1.0, 1)
+        url = stub(stack, 1.0, 1)
         base, new = (run_benchmark(url, "stub", concurrency=[1], requests_per_level=4) for _ in range(2))
     judgement, violations = assess(new, {}, base)
     assert judgement.verdict == "failed" and (judgement.needed_requests or 0) >= REGRESSION_MIN_REQUESTS
@@ -131,7 +108,7 @@ def test_too_few_requests_per_level_fail_the_gate_naming_how_many_would_decide()
 
 def test_a_request_cut_off_counts_as_an_error() -> None:
     with ExitStack() as stack:
-        base = run_benchmark(_stub(stack, 1.0, 1), "stub", concurrency=[4], requests_per_level=16)
+        base = run_benchmark(stub(stack, 1.0, 1), "stub", concurrency=[4], requests_per_level=16)
         # the first 2 requests wait 30 s for their first token: cut off at 2 s, the other 14 finish
         spell = stack.enter_context(running_stub("--ttft-ms", "1", "--slow-spell-requests", "2",
                                                  "--slow-spell-ttft-ms", "30000"))
