@@ -61,8 +61,8 @@ MULTI=(tests/multiworker "${MULTI_INTEGRATION[@]}" "${INSTALL[@]}")
 "${PYTEST[@]}" "${HEAVY[@]}" "${MULTI_INTEGRATION[@]/#/--ignore=}" --basetemp=var/test-tmp/heavy \
   --junitxml=var/test-tmp/heavy.xml >var/test-tmp/heavy.log 2>&1 &
 heavy_pid=$!
-RAYLIFT_ENTRYPOINTS_PORT_BASE=28400 "${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi --junitxml=var/test-tmp/multi.xml \
-  >var/test-tmp/multi.log 2>&1 &
+RAYLIFT_ENTRYPOINTS_PORT_BASE=28400 "${PYTEST[@]}" "${MULTI[@]}" --basetemp=var/test-tmp/multi \
+  --junitxml=var/test-tmp/multi.xml >var/test-tmp/multi.log 2>&1 &
 multi_pid=$!
 # Lane 3, in the foreground: the static checks, then every other test; then each background lane's log follows.
 say "static checks: ruff, import-linter (the layers in pyproject.toml), mypy"

@@ -418,18 +418,16 @@ def _decide(evidence: ReleaseEvidence) -> ReleaseDecision:
     # nor does a headline whose A/A spread is wider than the tolerance can resolve (noise could give it), nor one
     # whose reading is over the limit by less than that noise gives (never a pass either: inconclusive)
     margin = noise_margin(evidence.aa_spread, 1 + len(chain))
+    # while the spread is still being learned (then no margin is known) a single reading is spared whole
     learning = None if chain else learning_noise(evidence)  # a chain of promoted readings: the limit as it was
-    if (cumulative is not None and cumulative > limit and learning is not None and placed is None and noisy is None
-            and verdict in (PASS, INCONCLUSIVE)):
-        placed = f"{_pct(cumulative)} since the anchor is above the cumulative limit {_pct(limit)}, but {learning}"
-        verdict = INCONCLUSIVE
-    if (cumulative is not None and limit < cumulative <= limit + margin and placed is None and noisy is None
-            and verdict in (PASS, INCONCLUSIVE)):
-        placed = (f"{_pct(cumulative)} since the anchor is above the cumulative limit {_pct(limit)}, but by less "
-                  f"than noise alone gives here ({_pct(margin).lstrip('+')}: {NOISE_Z:.2f} x the A/A spread "
-                  f"{_pct(float(evidence.aa_spread or 0)).lstrip('+')}"
-                  f"{f' x sqrt({1 + len(chain)}) readings' if chain else ''}"
-                  f"{', ' + evidence.aa_source if evidence.aa_source else ''})")
+    if (cumulative is not None and limit < cumulative and (learning is not None or cumulative <= limit + margin)
+            and placed is None and noisy is None and verdict in (PASS, INCONCLUSIVE)):
+        spared = learning if learning is not None else (
+            f"by less than noise alone gives here ({_pct(margin).lstrip('+')}: {NOISE_Z:.2f} x the A/A spread "
+            f"{_pct(float(evidence.aa_spread or 0)).lstrip('+')}"
+            f"{f' x sqrt({1 + len(chain)}) readings' if chain else ''}"
+            f"{', ' + evidence.aa_source if evidence.aa_source else ''})")
+        placed = f"{_pct(cumulative)} since the anchor is above the cumulative limit {_pct(limit)}, but {spared}"
         verdict = INCONCLUSIVE
     if (cumulative is not None and cumulative > limit + margin and not (placed is not None and judged == REGRESSED)
             and noisy is None and learning is None):
