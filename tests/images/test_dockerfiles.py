@@ -383,8 +383,16 @@ def test_llamacpp_image_builds_the_runtime_locks_llama_cpp_python_with_the_same_
     text = (IMAGES / "ray-llamacpp-arm64/Dockerfile").read_text()
     versions = {v for k, v in arg_defaults(parse_dockerfile(text)).items() if k == "LLAMA_CPP_PYTHON_VERSION"}
     assert versions == {lock_pins(LOCKS["runtime.lock"])["llama-cpp-python"]}
-    flags = set(env_sh_value("LLAMA_CPP_CMAKE_ARGS").split())
-    assert flags and flags <= set(re.findall(r"-D\w+=\S+?(?=[\s\"\\])", text)), flags
+    local = dict(flag[2:].split("=", 1) for flag in env_sh_value("LLAMA_CPP_CMAKE_ARGS").split())
+    image = dict(flag[2:].split("=", 1) for flag in re.findall(r"-D[\w.]+=\S+?(?=[\s\"\\])", text))
+    # the project include is a path on each side: the same file of this repository, copied into the build stage
+    include = "CMAKE_PROJECT_llama.cpp_INCLUDE"
+    assert local[include] == "$RAYLIFT_ROOT/images/ray-llamacpp-arm64/llama-no-common.cmake", local
+    copied = re.search(r"^COPY\S* .*?(\S+/llama-no-common\.cmake) (\S+)$", text, re.M)
+    assert copied and local[include].endswith(copied[1]), "the Dockerfile does not COPY llama-no-common.cmake"
+    assert image.get(include) == "/home/ray/build/llama-no-common.cmake" and copied[2] == "./", image.get(include)
+    local.pop(include), image.pop(include)
+    assert local and local.items() <= image.items(), sorted(local.items() - image.items())
 
 
 # -- the CPU image installs what the local runtime installs ----------------------------------------
