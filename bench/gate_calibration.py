@@ -123,8 +123,20 @@ def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
     c1 = 0
     ttft = np.concatenate([np.asarray(r["fresh"][c1]["samples"]["ttft_ms"], float) for r in same])
     tpot = np.concatenate([np.asarray(r["fresh"][c1]["samples"]["tpot_ms"], float) for r in same])
-    sig = [statistics.fmean(float(np.std(x, ddof=1)) for r in same for x in rounds(r[a][c1], m) if len(x) > 1)
-           for a in ("fresh", "candidate") for m in ("ttft_ms", "tpot_ms")]
+    tpot = tpot[tpot > 0]  # a one-token answer has no time per output token: not a sample
+    # The request spread of each arm and metric, from its rounds of two or more samples. The tiny model's answers
+    # in some runs (sessions 41-42) were mostly one token: then TPOT has no such round, and it is left out (named).
+    spreads: dict[str, float] = {}
+    for a in ("fresh", "candidate"):
+        for m in ("ttft_ms", "tpot_ms"):
+            sds = [float(np.std(x, ddof=1)) for r in same for x in rounds(r[a][c1], m) if len(x) > 1]
+            if sds:
+                spreads[f"{a} {m}"] = statistics.fmean(sds)
+    if not spreads or tpot.size == 0:
+        raise ValueError("no round of these samples holds two or more TTFT and TPOT samples at the first level: "
+                         "nothing to fit the request spread on (answers of one token have no TPOT); "
+                         "measure with longer answers or add a run that has them (--source takes several)")
+    sig = list(spreads.values())
 
     def avg(key: str) -> float | None:
         vals = [v[key] for v in per_level.values() if v[key] is not None]
@@ -135,7 +147,8 @@ def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
                "replica_sigma": avg("replica_sigma"), "serving_shift": avg("serving_shift"),
                "serving_sigma": avg("serving_sigma")}
     machine = {k: v for k, v in machine.items() if v is not None}  # no serving arm: the simulation's own
-    return {"machine": machine, "per_level": per_level, "same_speed_releases": len(same)}
+    return {"machine": machine, "per_level": per_level, "same_speed_releases": len(same),
+            "request_spread_from": sorted(spreads), "tpot_samples": int(tpot.size)}
 
 
 def sequences(rows: list[dict[str, Any]], limit: float) -> dict[str, Any]:
@@ -212,34 +225,48 @@ def main() -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", type=Path, default=RESULTS / "gate_real_aa_session31.json",
-                    help="a gate_real_aa.py run's results JSON (its samples beside it, as that script writes them)")
+                    help="a gate_real_aa.py run's results JSON (its samples beside it, as that script writes them), "
+                         "or a pooled one (--summarize: each pooled run's samples beside it)")
     ap.add_argument("--design", choices=DESIGNS, default="concurrent",
                     help="whose samples to fit: the arms measured at once (session 31's, the default) or each alone "
                          "(interleaved: an issue-56 run's paired releases)")
+    ap.add_argument("--match-trials", type=int, default=150,
+                    help="simulated releases per round-effect grid point when matching the real headline spread")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where to write (default: results/gate_calibration.json, or _<design>.json)")
     args = ap.parse_args()
     source, design = args.source, args.design
-    samples_at = samples_path(source)
-    samples = design_releases([json.loads(line) for line in gzip.open(samples_at, "rt")], design)
     real = json.loads(source.read_text())
-    fitted = fit(samples)
+    # a pooled summary (gate_real_aa.py --summarize) keeps no samples of its own: each run's lie beside its results
+    runs = [source.with_name(name) for name in real.get("pooled_from", [])] or [source]
+    samples_at = [samples_path(run) for run in runs]
+    try:
+        samples = design_releases([json.loads(line) for at in samples_at for line in gzip.open(at, "rt")], design)
+        fitted = fit(samples)
+    except ValueError as exc:  # what the samples cannot give, said as such (not a traceback)
+        raise SystemExit(f"{source.name}: {exc}") from None
     paired = real["summary"].get("paired")
     real_sd = (paired[design]["same_speed_headline_sd"] if paired
                else real["summary"]["vs_fresh"]["same_speed_headline_sd"])
+    if real_sd is None:
+        raise SystemExit(f"{source.name} has fewer than two same-speed releases measured with the {design} design: "
+                         "no headline spread to match; pass a run with more, or the pooled gate_real_aa.json")
     real_e2e_sd = statistics.fmean(v["request_log_sd_e2e"] for v in fitted["per_level"].values())
     fitted["sigma_from_ttft_and_tpot"] = fitted["machine"]["sigma"]
     fitted["machine"]["sigma"] = match_request_sigma(fitted["machine"], real_e2e_sd)
-    rs, grid = match_round_sigma(fitted["machine"], real_sd, shared_rounds=design == "concurrent")
+    rs, grid = match_round_sigma(fitted["machine"], real_sd, args.match_trials, shared_rounds=design == "concurrent")
     fitted["round_sigma_from_round_medians"] = fitted["machine"]["round_sigma"]
     fitted["machine"]["round_sigma"] = rs
-    out = {"source": {"samples": str(samples_at.relative_to(ROOT) if samples_at.is_relative_to(ROOT)
-                                     else samples_at), "date": real["date"],
-                      "commit": real["commit"], "releases": len(samples)},
+    heads = real.get("runs") or [real]
+    out = {"source": {"samples": [str(at.relative_to(ROOT) if at.is_relative_to(ROOT) else at) for at in samples_at],
+                      "date": [h["date"] for h in heads], "commit": [h["commit"] for h in heads],
+                      "releases": len(samples)},
            "design": design,
            **fitted, "round_sigma_matched": {"real_same_speed_headline_sd": real_sd, "grid": grid},
            **({"real_sequences": sequences(real["releases"], DEFAULT_MAX_CUMULATIVE_REGRESSION)}
               if all("vs_fresh" in r for r in real["releases"]) else {})}
     name = "gate_calibration.json" if design == "concurrent" else f"gate_calibration_{design}.json"
-    (RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
+    (args.out or RESULTS / name).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
     return 0
 
