@@ -54,7 +54,7 @@ def rounds(level: dict[str, Any], metric: str) -> list[np.ndarray]:
     out, k = [], 0
     for n in sizes:
         x = np.asarray(values[k:k + n], dtype=float)
-        out.append(np.log(x[x > 0]))  # a one-token answer has no time per output token (0): not a sample
+        out.append(np.log(x[x > 0]))  # an answer streamed in one chunk has no time per output token (0): not a sample
         k += n
     return out
 
@@ -123,9 +123,10 @@ def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
     c1 = 0
     ttft = np.concatenate([np.asarray(r["fresh"][c1]["samples"]["ttft_ms"], float) for r in same])
     tpot = np.concatenate([np.asarray(r["fresh"][c1]["samples"]["tpot_ms"], float) for r in same])
-    tpot = tpot[tpot > 0]  # a one-token answer has no time per output token: not a sample
-    # The request spread of each arm and metric, from its rounds of two or more samples. The tiny model's answers
-    # in some runs (sessions 41-42) were mostly one token: then TPOT has no such round, and it is left out (named).
+    tpot = tpot[tpot > 0]  # an answer streamed in one chunk has no time per output token: not a sample
+    # The request spread of each arm and metric, from its rounds of two or more samples. In sessions 41-42's runs the
+    # tiny model's answers (~16 tokens in ~20 ms) mostly reached the client in one streamed chunk (e2e = TTFT, TPOT
+    # 0): then TPOT has no such round, and it is left out (named).
     spreads: dict[str, float] = {}
     for a in ("fresh", "candidate"):
         for m in ("ttft_ms", "tpot_ms"):
@@ -134,7 +135,7 @@ def fit(releases: list[dict[str, Any]]) -> dict[str, Any]:
                 spreads[f"{a} {m}"] = statistics.fmean(sds)
     if not spreads or tpot.size == 0:
         raise ValueError("no round of these samples holds two or more TTFT and TPOT samples at the first level: "
-                         "nothing to fit the request spread on (answers of one token have no TPOT); "
+                         "nothing to fit the request spread on (answers streamed in one chunk have no TPOT); "
                          "measure with longer answers or add a run that has them (--source takes several)")
     sig = list(spreads.values())
 

@@ -69,11 +69,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT))
 
+import raylift.release.decision as release_decision  # noqa: E402
 from raylift.config import REGRESSION_MIN_REQUESTS  # noqa: E402
 from raylift.measure.profiles import generate_requests, get_profile  # noqa: E402
 from raylift.measure.runner import _split, rounds_for  # noqa: E402
 from raylift.release.decision import (  # noqa: E402
-    CONFIRM_FACTOR,
     HOLD,
     PROMOTE,
     ROLL_BACK,
@@ -342,7 +342,8 @@ TARGETS = {"unchanged": ("<=", 0.02, "rejected"), "10% slower": (">=", 0.50, "re
 def run_row(process: str, row: str, m: Machine, gate: Gate, trials: int, seed: int, *, shared_rounds: bool
             ) -> dict[str, Any]:
     bench = Bench(m)
-    confirm = Bench(replace(m, requests_per_level=CONFIRM_FACTOR * m.requests_per_level)) if process == "confirm" else None
+    factor = release_decision.CONFIRM_FACTOR  # read at run time: --confirm-factor may have set it
+    confirm = Bench(replace(m, requests_per_level=factor * m.requests_per_level)) if process == "confirm" else None
     steps = ROWS[row]
     outs = []
     for i in range(trials):
@@ -462,7 +463,19 @@ def main() -> int:
     ap.add_argument("--calibrated", type=Path, default=None,
                     help="bench/results/gate_calibration.json: the noise model fitted to real replicas "
                          "(bench/gate_calibration.py) instead of the stub's")
+    # the pilot/confirm rule's three numbers (raylift.release.decision), to choose them by measurement (issue 56)
+    ap.add_argument("--confirm-above", type=float, default=release_decision.CONFIRM_ABOVE,
+                    help="a pilot headline above this (and at most --pilot-decides-above) is measured again")
+    ap.add_argument("--pilot-decides-above", type=float, default=release_decision.PILOT_DECIDES_ABOVE)
+    ap.add_argument("--confirm-factor", type=int, default=release_decision.CONFIRM_FACTOR,
+                    help="the confirmation's requests per level, as a multiple of the pilot's")
     args = ap.parse_args()
+    if not 0 <= args.confirm_above < args.pilot_decides_above or args.confirm_factor < 1:
+        ap.error("need 0 <= --confirm-above < --pilot-decides-above and --confirm-factor >= 1")
+    rule = {"CONFIRM_ABOVE": args.confirm_above, "PILOT_DECIDES_ABOVE": args.pilot_decides_above,
+            "CONFIRM_FACTOR": args.confirm_factor}
+    for name, value in rule.items():  # the product's function reads its module's constants when called
+        setattr(release_decision, name, value)
 
     m = Machine(requests_per_level=args.requests, shared_round_effect=not args.independent_rounds,
                 slow_mean_s=args.slow_mean_s)
@@ -494,7 +507,7 @@ def main() -> int:
                                      text=True).stdout.strip(),
         "seed": args.seed, "trials_per_row": args.trials,
         "calibrated_from": str(args.calibrated) if args.calibrated else None,
-        "machine": asdict(m), "new_gate": asdict(gate), "old_gate": asdict(old_gate) | {"requests_per_level": 64},
+        "confirm_rule": rule, "machine": asdict(m), "new_gate": asdict(gate), "old_gate": asdict(old_gate) | {"requests_per_level": 64},
         "headline": "raylift.release.headline_change: e2e HL change pooled over levels (inverse variance)",
         "rows": rows, "seconds": round(time.monotonic() - t0, 1),
     }

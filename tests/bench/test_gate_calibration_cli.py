@@ -1,8 +1,8 @@
 """bench/gate_calibration.py on issue 56's paired runs (issue 56, item 6: the refit on the new real samples): it
 reads a pooled ``gate_real_aa.py --summarize`` file (each pooled run's samples beside it), fits the request spread
-from the rounds that have two or more samples of a metric, leaves out a metric no round has (the tiny model's
-one-token answers have no TPOT: sessions 41-42 recorded almost none) and refuses, naming the cause, what it
-cannot fit. Run as the lead runs it (a child Python): tests never import bench/ (tests/test_layers.py)."""
+from the rounds that have two or more samples of a metric, leaves out a metric no round has (sessions 41-42's tiny
+model answers mostly reached the client in one streamed chunk: e2e = TTFT, TPOT 0) and refuses, naming the cause,
+what it cannot fit. Run as the lead runs it (a child Python): tests never import bench/ (tests/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ pytestmark = pytest.mark.component  # a child Python
 ROUNDS, PER_ROUND = 8, 16
 
 
-def _level(rng: np.random.Generator, concurrency: int, ttft_ms: float, one_token: bool) -> dict[str, Any]:
+def _level(rng: np.random.Generator, concurrency: int, ttft_ms: float, one_chunk: bool) -> dict[str, Any]:
     n = ROUNDS * PER_ROUND
     ttft = ttft_ms * rng.lognormal(0, 0.2, n)
-    tpot = np.zeros(n) if one_token else 1.3 * rng.lognormal(0, 0.2, n)
+    tpot = np.zeros(n) if one_chunk else 1.3 * rng.lognormal(0, 0.2, n)
     e2e = ttft + tpot * 15
     sizes = [PER_ROUND] * ROUNDS
     return {"concurrency": concurrency, "rounds": ROUNDS, "requests": n, "errors": 0,
@@ -35,7 +35,7 @@ def _level(rng: np.random.Generator, concurrency: int, ttft_ms: float, one_token
                         "round_sizes": {m: sizes for m in ("ttft_ms", "tpot_ms", "e2e_ms")}}}
 
 
-def _run_files(folder: Path, name: str, *, one_token: bool, seed: int, sd: float | None) -> None:
+def _run_files(folder: Path, name: str, *, one_chunk: bool, seed: int, sd: float | None) -> None:
     """One gate_real_aa.py run as it writes them: results JSON and its samples beside it (paired lines)."""
     rng = np.random.default_rng(seed)
     with gzip.open(folder / f"{name}_samples.json.gz", "wt") as f:
@@ -43,7 +43,7 @@ def _run_files(folder: Path, name: str, *, one_token: bool, seed: int, sd: float
             line: dict[str, Any] = {"i": i, "kind": kind}
             for design in ("interleaved", "concurrent"):
                 slow = 1.2 if kind == "slower" else 1.0
-                line[design] = {arm: [_level(rng, c, 28.0 * (slow if arm == "candidate" else 1.0), one_token)
+                line[design] = {arm: [_level(rng, c, 28.0 * (slow if arm == "candidate" else 1.0), one_chunk)
                                       for c in (1, 4)] for arm in ("candidate", "baseline")}
             f.write(json.dumps(line) + "\n")
     paired = {d: {"same_speed_headline_sd": sd} for d in ("interleaved", "concurrent")}
@@ -68,9 +68,9 @@ def _calibrate(source: Path, out: Path) -> subprocess.CompletedProcess[str]:
          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_a_pooled_run_is_fitted_on_every_runs_samples_and_one_token_answers_leave_tpot_out(tmp_path: Path) -> None:
-    _run_files(tmp_path, "run_a", one_token=False, seed=1, sd=0.04)
-    _run_files(tmp_path, "run_b", one_token=True, seed=2, sd=0.03)
+def test_a_pooled_run_is_fitted_on_every_runs_samples_and_one_chunk_answers_leave_tpot_out(tmp_path: Path) -> None:
+    _run_files(tmp_path, "run_a", one_chunk=False, seed=1, sd=0.04)
+    _run_files(tmp_path, "run_b", one_chunk=True, seed=2, sd=0.03)
     out = tmp_path / "calibration.json"
     done = _calibrate(_pooled(tmp_path, ["run_a", "run_b"], sd=0.035), out)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,7 +78,7 @@ def test_a_pooled_run_is_fitted_on_every_runs_samples_and_one_token_answers_leav
     assert fitted["design"] == "interleaved" and fitted["source"]["releases"] == 8  # both runs' paired lines
     assert fitted["source"]["commit"] == ["c1", "c2"]
     assert fitted["same_speed_releases"] == 6  # copy, seed, copy of each run; the slower ones are not fitted
-    # TPOT only where answers had more than one token: run_a's fresh arm, 128 samples at concurrency 1
+    # TPOT only where answers came in more than one chunk: run_a's fresh arm, 128 samples at concurrency 1
     assert fitted["tpot_samples"] == 3 * ROUNDS * PER_ROUND
     assert fitted["request_spread_from"] == ["candidate tpot_ms", "candidate ttft_ms", "fresh tpot_ms", "fresh ttft_ms"]
     assert abs(fitted["machine"]["itl_ms"] - 1.3) < 0.1 and abs(fitted["machine"]["ttft_ms"] - 28.0) < 2.0
@@ -86,10 +86,10 @@ def test_a_pooled_run_is_fitted_on_every_runs_samples_and_one_token_answers_leav
 
 
 def test_what_cannot_be_fitted_is_refused_naming_why(tmp_path: Path) -> None:
-    _run_files(tmp_path, "only_one_token", one_token=True, seed=3, sd=0.03)
-    done = _calibrate(tmp_path / "only_one_token.json", tmp_path / "x.json")
-    assert done.returncode != 0 and "answers of one token have no TPOT" in done.stderr, done.stderr[-2000:]
-    _run_files(tmp_path, "one_release", one_token=False, seed=4, sd=None)
+    _run_files(tmp_path, "only_one_chunk", one_chunk=True, seed=3, sd=0.03)
+    done = _calibrate(tmp_path / "only_one_chunk.json", tmp_path / "x.json")
+    assert done.returncode != 0 and "answers streamed in one chunk have no TPOT" in done.stderr, done.stderr[-2000:]
+    _run_files(tmp_path, "one_release", one_chunk=False, seed=4, sd=None)
     done = _calibrate(tmp_path / "one_release.json", tmp_path / "x.json")
     assert done.returncode != 0 and "fewer than two same-speed releases" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "x.json").exists()
