@@ -380,12 +380,13 @@ def run_row(process: str, row: str, m: Machine, gate: Gate, trials: int, seed: i
 
 PROCESS_NAMES = {"old": "old process (sequential baseline)", "new": "canary vs the serving app",
                  "kayenta": "canary vs a fresh replica of the anchor's config",
-                 "confirm": "the same, an unclear pilot measured again at 4x the requests (raylift's gate)"}
+                 "confirm": "the same, an unclear pilot measured again at {factor}x the requests (raylift's gate)"}
 
 
 def table(rows: dict[str, dict[str, dict[str, Any]]]) -> str:
     processes = [p for p in PROCESS_NAMES if any(p in by for by in rows.values())]
-    lines = ["| candidate | target | " + " | ".join(PROCESS_NAMES[p] for p in processes) + " |",
+    names = [PROCESS_NAMES[p].format(factor=release_decision.CONFIRM_FACTOR) for p in processes]
+    lines = ["| candidate | target | " + " | ".join(names) + " |",
              "|---|---|" + "---|" * len(processes)]
 
     def cell(r: dict[str, Any]) -> str:
