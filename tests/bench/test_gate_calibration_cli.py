@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -35,31 +36,36 @@ def _level(rng: np.random.Generator, concurrency: int, ttft_ms: float, one_chunk
                         "round_sizes": {m: sizes for m in ("ttft_ms", "tpot_ms", "e2e_ms")}}}
 
 
-def _run_files(folder: Path, name: str, *, one_chunk: bool, seed: int, sd: float | None) -> None:
-    """One gate_real_aa.py run as it writes them: results JSON and its samples beside it (paired lines)."""
+def _run_files(folder: Path, name: str, *, one_chunk: bool, seed: int, kinds: list[str]) -> Path:
+    """One gate_real_aa.py run as it leaves it: its samples (paired lines, both designs) beside a results file whose
+    rows carry each paired release's headline; the summary is gate_real_aa.py's own (``--summarize`` in place)."""
     rng = np.random.default_rng(seed)
+    rows = []
     with gzip.open(folder / f"{name}_samples.json.gz", "wt") as f:
-        for i, kind in enumerate(["copy", "seed", "copy", "slower"]):
+        for i, kind in enumerate(kinds):
             line: dict[str, Any] = {"i": i, "kind": kind}
+            slow = 1.2 if kind == "slower" else 1.0
             for design in ("interleaved", "concurrent"):
-                slow = 1.2 if kind == "slower" else 1.0
                 line[design] = {arm: [_level(rng, c, 28.0 * (slow if arm == "candidate" else 1.0), one_chunk)
                                       for c in (1, 4)] for arm in ("candidate", "baseline")}
             f.write(json.dumps(line) + "\n")
-    paired = {d: {"same_speed_headline_sd": sd} for d in ("interleaved", "concurrent")}
-    (folder / f"{name}.json").write_text(json.dumps(
-        {"date": f"2026-12-07T0{seed}:00:00+00:00", "commit": f"c{seed}", "summary": {"paired": paired},
-         "releases": [{"i": i} for i in range(4)]}))
+            head = {d: {"action": "promote", "headline_change": round(slow - 1 + 0.01 * (i + seed) * (-1) ** i, 4)}
+                    for d in ("interleaved", "concurrent")}
+            rows.append({"i": i, "kind": kind, "action": "promote", "verdict": "inconclusive",
+                         "headline_change": head["interleaved"]["headline_change"], "paired": {"kind": kind, **head}})
+    run = folder / f"{name}.json"
+    run.write_text(json.dumps({"date": f"2026-12-07T0{seed}:00:00+00:00", "commit": f"c{seed}", "releases": rows}))
+    _summarize([run], run)
+    return run
 
 
-def _pooled(folder: Path, runs: list[str], sd: float | None) -> Path:
-    heads = [json.loads((folder / f"{r}.json").read_text()) for r in runs]
-    pooled = folder / "pooled.json"
-    pooled.write_text(json.dumps({
-        "pooled_from": [f"{r}.json" for r in runs], "summary": {"paired": {"interleaved": {"same_speed_headline_sd": sd}}},
-        "runs": [{"run": f"{r}.json", "date": h["date"], "commit": h["commit"]} for r, h in zip(runs, heads)],
-        "releases": [{"i": i} for i in range(4 * len(runs))]}))
-    return pooled
+def _summarize(runs: list[Path], out: Path) -> dict[str, Any]:
+    """gate_real_aa.py --summarize: the writer of every results file gate_calibration.py reads."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gate_real_aa.py"), "--summarize", *map(str, runs),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written: dict[str, Any] = json.loads(out.read_text())
+    return written
 
 
 def _calibrate(source: Path, out: Path) -> subprocess.CompletedProcess[str]:
@@ -69,10 +75,13 @@ def _calibrate(source: Path, out: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_pooled_run_is_fitted_on_every_runs_samples_and_one_chunk_answers_leave_tpot_out(tmp_path: Path) -> None:
-    _run_files(tmp_path, "run_a", one_chunk=False, seed=1, sd=0.04)
-    _run_files(tmp_path, "run_b", one_chunk=True, seed=2, sd=0.03)
+    kinds = ["copy", "seed", "copy", "slower"]
+    runs = [_run_files(tmp_path, "run_a", one_chunk=False, seed=1, kinds=kinds),
+            _run_files(tmp_path, "run_b", one_chunk=True, seed=2, kinds=kinds)]
+    pooled = _summarize(runs, tmp_path / "pooled.json")
+    assert pooled["pooled_from"] == ["run_a.json", "run_b.json"]  # no samples of its own: each run's beside it
     out = tmp_path / "calibration.json"
-    done = _calibrate(_pooled(tmp_path, ["run_a", "run_b"], sd=0.035), out)
+    done = _calibrate(tmp_path / "pooled.json", out)
     assert done.returncode == 0, done.stderr[-3000:]
     fitted = json.loads(out.read_text())
     assert fitted["design"] == "interleaved" and fitted["source"]["releases"] == 8  # both runs' paired lines
@@ -82,14 +91,16 @@ def test_a_pooled_run_is_fitted_on_every_runs_samples_and_one_chunk_answers_leav
     assert fitted["tpot_samples"] == 3 * ROUNDS * PER_ROUND
     assert fitted["request_spread_from"] == ["candidate tpot_ms", "candidate ttft_ms", "fresh tpot_ms", "fresh ttft_ms"]
     assert abs(fitted["machine"]["itl_ms"] - 1.3) < 0.1 and abs(fitted["machine"]["ttft_ms"] - 28.0) < 2.0
-    assert fitted["round_sigma_matched"]["real_same_speed_headline_sd"] == 0.035
+    # the spread matched is the pooled same-speed headlines' (sample SD), as gate_real_aa.py summarised them
+    heads = [r["paired"]["interleaved"]["headline_change"] for r in pooled["releases"] if r["kind"] != "slower"]
+    assert fitted["round_sigma_matched"]["real_same_speed_headline_sd"] == pytest.approx(statistics.stdev(heads))
 
 
 def test_what_cannot_be_fitted_is_refused_naming_why(tmp_path: Path) -> None:
-    _run_files(tmp_path, "only_one_chunk", one_chunk=True, seed=3, sd=0.03)
-    done = _calibrate(tmp_path / "only_one_chunk.json", tmp_path / "x.json")
+    run = _run_files(tmp_path, "only_one_chunk", one_chunk=True, seed=3, kinds=["copy", "seed", "slower"])
+    done = _calibrate(run, tmp_path / "x.json")
     assert done.returncode != 0 and "answers streamed in one chunk have no TPOT" in done.stderr, done.stderr[-2000:]
-    _run_files(tmp_path, "one_release", one_chunk=False, seed=4, sd=None)
-    done = _calibrate(tmp_path / "one_release.json", tmp_path / "x.json")
+    run = _run_files(tmp_path, "one_release", one_chunk=False, seed=4, kinds=["copy", "slower"])
+    done = _calibrate(run, tmp_path / "x.json")
     assert done.returncode != 0 and "fewer than two same-speed releases" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "x.json").exists()

@@ -391,7 +391,7 @@ def test_llamacpp_image_builds_the_runtime_locks_llama_cpp_python_with_the_same_
     copied = re.search(r"^COPY\S* .*?(\S+/llama-no-common\.cmake) (\S+)$", text, re.M)
     assert copied and local[include].endswith(copied[1]), "the Dockerfile does not COPY llama-no-common.cmake"
     assert image.get(include) == "/home/ray/build/llama-no-common.cmake" and copied[2] == "./", image.get(include)
-    local.pop(include), image.pop(include)
+    del local[include], image[include]
     assert local and local.items() <= image.items(), sorted(local.items() - image.items())
 
 
